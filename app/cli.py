@@ -1,0 +1,309 @@
+"""The ``rubric`` command line."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from app.collections.errors import CollectionNotFound, ImportFormatError
+from app.collections.queries import GraderSelectionError
+from app.evaluation.correlation import MissingSystemsError
+from app.evaluation.formatting import TableFormat, render_tables
+
+app = typer.Typer(help="Rubric Workbench: evaluate search and RAG systems with LLM-graded rubrics.", no_args_is_help=True)
+db_app = typer.Typer(help="Database maintenance.", no_args_is_help=True)
+export_app = typer.Typer(help="Export collections, qrels and runs.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+app.add_typer(export_app, name="export")
+
+err = Console(stderr=True)
+USER_ERRORS = (ImportFormatError, CollectionNotFound, GraderSelectionError, MissingSystemsError, LookupError, ValueError)
+
+CollectionArg = Annotated[str, typer.Argument(help="Collection name.")]
+ModelOpt = Annotated[str | None, typer.Option("--model", help="Grader model (GradeFilter llm).")]
+PromptClassOpt = Annotated[str | None, typer.Option("--prompt-class", help="Grader prompt class.")]
+FormatOpt = Annotated[str, typer.Option("--format", help="tsv, json, md or latex.")]
+
+
+def _fail(message: str) -> None:
+    err.print(f"[bold red]error:[/] {message}", highlight=False, markup=True, soft_wrap=True)
+    raise typer.Exit(2)
+
+
+@contextmanager
+def _user_errors() -> Iterator[None]:
+    try:
+        yield
+    except USER_ERRORS as exc:
+        _fail(str(exc))
+
+
+@contextmanager
+def _progress(description: str) -> Iterator[Callable[[int], None]]:
+    if not sys.stderr.isatty():
+        yield lambda _n: None
+        return
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed} done"), TimeElapsedColumn(),
+        console=err, transient=True,
+    ) as progress:
+        task = progress.add_task(description, total=None)
+        yield lambda n: progress.advance(task, n)
+
+
+def _format(fmt: str) -> TableFormat:
+    if fmt not in ("tsv", "json", "md", "latex"):
+        _fail(f"unknown format {fmt!r}: use tsv, json, md or latex")
+    return fmt  # type: ignore[return-value]
+
+
+def _session() -> Any:
+    from app.db import session_scope
+
+    return session_scope()
+
+
+@db_app.command("upgrade")
+def db_upgrade() -> None:
+    """Create or migrate the database schema to the newest revision."""
+    from app.config import get_settings
+    from app.migrate import upgrade
+
+    upgrade(get_settings().database_url)
+    err.print("database is up to date")
+
+
+def _run_files(paths: list[Path]) -> list[Path]:
+    files: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            files += sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
+        else:
+            files.append(path)
+    return files
+
+
+@app.command("import")
+def import_command(
+    collection: CollectionArg,
+    passages: Annotated[list[Path] | None, typer.Option("--passages", help="Interchange file(s) (.jsonl[.gz]).")] = None,
+    queries: Annotated[Path | None, typer.Option("--queries", help="Queries: JSON {qid: text} or TSV.")] = None,
+    bank: Annotated[list[Path] | None, typer.Option("--bank", help="Test bank file(s); repeatable.")] = None,
+    runs: Annotated[list[Path] | None, typer.Option("--runs", help="TREC run file or directory; repeatable.")] = None,
+    qrels: Annotated[Path | None, typer.Option("--qrels", help="TREC qrels file.")] = None,
+    official: Annotated[Path | None, typer.Option("--official", help="Official leaderboard JSON {system: rank}.")] = None,
+) -> None:
+    """Import files into a collection, all in one transaction: any error leaves the database unchanged."""
+    from app.collections import service
+    from app.rubrics.service import import_banks
+
+    totals: dict[str, int] = {}
+    with _user_errors(), _session() as session, _progress("importing") as progress:
+        target = service.ensure_collection(session, collection)
+        reports = []
+        if queries:
+            reports.append(service.import_queries(session, target, queries))
+        for path in passages or []:
+            reports.append(service.import_interchange(session, target, path, progress))
+        if bank:
+            reports.append(import_banks(session, target, bank))
+        for path in _run_files(runs or []):
+            reports.append(service.import_run(session, target, path, progress))
+        if qrels:
+            reports.append(service.import_qrels(session, target, qrels))
+        if official:
+            reports.append(service.import_official(session, target, official))
+        for report in reports:
+            for kind, n in report.counts.items():
+                totals[kind] = totals.get(kind, 0) + n
+    summary = ", ".join(f"{n} {kind}" for kind, n in totals.items()) or "nothing new"
+    err.print(f"imported into {collection!r}: {summary}")
+
+
+@app.command("leaderboard")
+def leaderboard_command(
+    collection: CollectionArg,
+    measure: Annotated[str, typer.Option("--measure", help="cover, n-cover, or a trec_eval measure (P@20, NDCG@10, MAP, RR…).")],
+    min_rating: Annotated[int | None, typer.Option("--min-rating", help="Relevance threshold τ (trec_eval -l; Cover threshold).")] = None,
+    top_k: Annotated[int, typer.Option("--top-k", help="Cover's rank cut-off (inclusive, raw rank).")] = 20,
+    label: Annotated[str, typer.Option("--label", help="Qrels label: max, min-answers:M or count.")] = "max",
+    model: ModelOpt = None,
+    prompt_class: PromptClassOpt = None,
+    rubric_version: Annotated[int | None, typer.Option("--rubric-version", help="Only count items of this version.")] = None,
+    official: Annotated[Path | None, typer.Option("--official", help="Official leaderboard JSON (default: imported one).")] = None,
+    fmt: FormatOpt = "tsv",
+    reference_rounding: Annotated[bool, typer.Option("--reference-rounding", help="trec_eval's 4 decimals, then 3.")] = False,
+    bootstrap: Annotated[int | None, typer.Option("--bootstrap", help="Bootstrap resamples for the CIs.")] = None,
+    seed: Annotated[int | None, typer.Option("--seed", help="Bootstrap seed.")] = None,
+    per_query_correlation: Annotated[bool, typer.Option("--per-query-correlation", help="Correlate per query against the manual judgments.")] = False,
+) -> None:
+    """Score every system and correlate with the official leaderboard."""
+    from app.collections.readers import read_official
+    from app.collections.service import get_collection
+    from app.config import get_settings
+    from app.leaderboards import service
+
+    settings = get_settings()
+    output = _format(fmt)
+    request = service.LeaderboardRequest(
+        measure=measure, min_rating=min_rating, top_k=top_k, label=label, model=model, prompt_class=prompt_class,
+        rubric_version=rubric_version, reference_rounding=reference_rounding,
+        bootstrap_samples=bootstrap if bootstrap is not None else settings.bootstrap_samples,
+        bootstrap_seed=seed if seed is not None else settings.bootstrap_seed,
+        per_query_correlation=per_query_correlation,
+    )
+    with _user_errors(), _session() as session:
+        target = get_collection(session, collection)
+        ranks = {system: rank for _, system, rank in read_official(official)} if official else None
+        data = service.load_evaluation_data(
+            session, target, model=model, prompt_class=prompt_class, rubric_version=rubric_version
+        )
+        if ranks is None:
+            from app.collections.service import official_leaderboard
+
+            ranks = official_leaderboard(session, target) or None
+        board = service.build_leaderboard(data, request, ranks)
+        per_query = None
+        if per_query_correlation:
+            if measure.lower() in service.COVER_MEASURES:
+                _fail("--per-query-correlation needs a trec_eval measure")
+            per_query = service.manual_per_query_correlation(session, target, data, request)
+    if output == "json":
+        typer.echo(json.dumps(service.leaderboard_json(board, per_query), indent=1))
+    else:
+        typer.echo(service.leaderboard_table(board).render(output), nl=False)
+
+
+@export_app.command("qrels")
+def export_qrels(
+    collection: CollectionArg,
+    out: Annotated[Path, typer.Option("--out", help="Output qrels file.")],
+    label: Annotated[str, typer.Option("--label", help="max, min-answers:M or count.")] = "max",
+    min_rating: Annotated[int | None, typer.Option("--min-rating", help="τ for --label count.")] = None,
+    model: ModelOpt = None,
+    prompt_class: PromptClassOpt = None,
+    rubric_version: Annotated[int | None, typer.Option("--rubric-version")] = None,
+) -> None:
+    """Write derived qrels: one line per graded passage, grade-0 passages included."""
+    from app.collections.service import get_collection
+    from app.evaluation.qrels import format_qrels
+    from app.leaderboards import service
+
+    with _user_errors(), _session() as session:
+        target = get_collection(session, collection)
+        data = service.load_evaluation_data(
+            session, target, model=model, prompt_class=prompt_class, rubric_version=rubric_version
+        )
+        request = service.LeaderboardRequest(measure="qrels", min_rating=min_rating, label=label)
+        text = format_qrels(service.qrels_for(data, request))
+    out.write_text(text, encoding="utf-8")
+    err.print(f"wrote {text.count(chr(10))} qrels lines to {out}")
+
+
+@export_app.command("passages")
+def export_passages(
+    collection: CollectionArg,
+    out: Annotated[Path, typer.Option("--out", help="Output interchange file (.jsonl or .jsonl.gz).")],
+) -> None:
+    """Write the collection in the upstream interchange format (lossless round trip)."""
+    from app.collections.export import write_interchange
+    from app.collections.service import get_collection
+
+    with _user_errors(), _session() as session:
+        count = write_interchange(session, get_collection(session, collection), out)
+    err.print(f"wrote {count} queries to {out}")
+
+
+@export_app.command("runs")
+def export_runs(
+    collection: CollectionArg,
+    out: Annotated[Path, typer.Option("--out", help="Output directory for {system}.run files.")],
+) -> None:
+    """Write one TREC run file per system."""
+    from app.collections.export import write_runs
+    from app.collections.service import get_collection
+
+    with _user_errors(), _session() as session:
+        paths = write_runs(session, get_collection(session, collection), out)
+    err.print(f"wrote {len(paths)} run files to {out}")
+
+
+@app.command("agreement")
+def agreement_command(
+    collection: CollectionArg,
+    min_answers: Annotated[list[int] | None, typer.Option("--min-answers", help="Repeatable; default 1, 2 and 5.")] = None,
+    min_judgment: Annotated[int, typer.Option("--min-judgment", help="Lowest relevant judgment (2 for TREC DL).")] = 1,
+    model: ModelOpt = None,
+    prompt_class: PromptClassOpt = None,
+    fmt: FormatOpt = "md",
+) -> None:
+    """Cohen's κ tables (GRADED, MERGE, LENIENT, STRICT) with their confusion counts."""
+    from app.agreement import service
+    from app.collections.service import get_collection
+
+    output = _format(fmt)
+    with _user_errors(), _session() as session:
+        tables = service.agreement_tables(
+            session, get_collection(session, collection), min_answers=min_answers or list(service.MIN_ANSWERS_DEFAULT),
+            min_judgment=min_judgment, model=model, prompt_class=prompt_class,
+        )
+    if output == "json":
+        typer.echo(json.dumps(service.agreement_json(tables), indent=1))
+    else:
+        typer.echo(render_tables([service.as_table(t) for t in tables], output), nl=False)
+
+
+@app.command("verify")
+def verify_command(
+    collection: CollectionArg,
+    analysis: Annotated[str, typer.Argument(help="grading, bad-questions, uncovered or grid.")],
+    min_rating: Annotated[int, typer.Option("--min-rating", help="High self-rating threshold R.")] = 4,
+    min_judgment: Annotated[int, typer.Option("--min-judgment", help="Lowest relevant judgment J.")] = 1,
+    model: ModelOpt = None,
+    prompt_class: PromptClassOpt = None,
+    answer_prompt_class: Annotated[str | None, typer.Option("--answer-prompt-class", help="Grader whose answers to show.")] = None,
+    limit: Annotated[int, typer.Option("--limit", help="bad-questions: items per query.")] = 20,
+    fmt: FormatOpt = "tsv",
+) -> None:
+    """Oversight analyses: verify grading, spurious questions, uncovered passages, the grid."""
+    from app.collections.service import get_collection
+    from app.oversight import service
+
+    output = _format(fmt)
+    common: dict[str, Any] = {"model": model, "prompt_class": prompt_class}
+    with _user_errors(), _session() as session:
+        target = get_collection(session, collection)
+        if analysis == "grading":
+            tables = [service.verify_grading_table(session, target, answer_prompt_class=answer_prompt_class, **common)]
+        elif analysis == "bad-questions":
+            tables = [service.bad_questions_table(
+                session, target, min_judgment=min_judgment, min_rating=min_rating, limit=limit, **common)]
+        elif analysis == "uncovered":
+            tables = [service.uncovered_table(session, target, min_judgment=min_judgment, min_rating=min_rating, **common)]
+        elif analysis == "grid":
+            tables = service.grid_tables(session, target, answer_prompt_class=answer_prompt_class, **common)
+        else:
+            _fail(f"unknown analysis {analysis!r}: use grading, bad-questions, uncovered or grid")
+    typer.echo(render_tables(tables, output), nl=False)
+
+
+@app.command("collections")
+def collections_command() -> None:
+    """List collections with their sizes."""
+    from app.collections.queries import collection_summaries
+
+    with _session() as session:
+        for row in collection_summaries(session):
+            typer.echo("\t".join(str(v) for v in row))
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,1 @@
+"""Test collections: import, export and the read side that feeds the evaluation core."""

@@ -1,0 +1,197 @@
+"""Grades in the interchange format: ExamGrades / Grades entries ⇄ Grade rows."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.collections.errors import ImportFormatError
+from app.collections.schemas import ExamGradesIn, GradesIn, ParagraphIn
+from app.models import DIRECT_ITEM, Grade, Grader
+from app.sqlutil import upsert
+
+if TYPE_CHECKING:
+    from app.collections.service import ImportReport
+
+GRADE_FIELDS = ("position", "raw_answer", "self_rating", "extracted_answer", "correct", "error")
+# Optional fields whose presence we remember per grader, so an export writes what the import read.
+_OPTIONAL = ("prompt_type", "relevance_label", "exam_ratio", "self_ratings")
+
+
+def canonical_hash(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def ensure_grader(
+    session: Session, *, model: str, prompt_class: str, template_hash: str, prompt_type: str,
+    is_self_rated: bool, options: dict[str, Any],
+) -> int:
+    """Primary key of the grader configuration, created on first use."""
+    cache: dict[tuple[str, str, str], int] = session.info.setdefault("grader_pks", {})
+    key = (model, prompt_class, template_hash)
+    if key in cache:
+        return cache[key]
+    pk = session.scalar(
+        select(Grader.id).where(
+            Grader.model == model, Grader.prompt_class == prompt_class, Grader.template_hash == template_hash
+        )
+    )
+    if pk is None:
+        grader = Grader(
+            model=model, prompt_class=prompt_class, template_hash=template_hash,
+            prompt_type=prompt_type, is_self_rated=is_self_rated, options=options,
+        )
+        session.add(grader)
+        session.flush()
+        pk = grader.id
+    cache[key] = pk
+    return pk
+
+
+def _imported_grader(session: Session, entry: ExamGradesIn | GradesIn, prompt_type: str, is_self_rated: bool) -> int:
+    prompt_info = entry.prompt_info or {}
+    present = [name for name in _OPTIONAL if name in entry.model_fields_set]
+    options = {
+        "source": "interchange",
+        "llm_options": entry.llm_options,
+        "prompt_info": entry.prompt_info,
+        "fields": present,
+        "prompt_type": prompt_type,
+    }
+    return ensure_grader(
+        session,
+        model=entry.llm,
+        prompt_class=str(prompt_info.get("prompt_class", "QuestionPromptWithChoices")),
+        template_hash="imported:" + canonical_hash(options)[:24],
+        prompt_type=prompt_type,
+        is_self_rated=is_self_rated,
+        options=options,
+    )
+
+
+def _rating_key(entry: ExamGradesIn, file: str, line: int, field: str) -> tuple[dict[str, int], str]:
+    ratings: dict[str, int] = {}
+    key = "question_id"
+    for i, rating in enumerate(entry.self_ratings or []):
+        item_id = rating.question_id or rating.nugget_id
+        if item_id is None:
+            raise ImportFormatError(file, line, f"{field}.self_ratings[{i}]", "needs question_id or nugget_id")
+        if rating.nugget_id is not None:
+            key = "nugget_id"
+        ratings[item_id] = rating.self_rating
+    return ratings, key
+
+
+def _exam_grade_rows(
+    entry: ExamGradesIn, grader_pk: int, entry_pk: int, file: str, line: int, field: str
+) -> list[dict[str, Any]]:
+    ratings, _ = _rating_key(entry, file, line, field)
+    answers: dict[str, str] = {}
+    for i, (item_id, answer) in enumerate(entry.answers):
+        if item_id in answers:
+            raise ImportFormatError(file, line, f"{field}.answers[{i}]", f"duplicate answer for item {item_id!r}")
+        answers[item_id] = answer
+    correct, wrong = set(entry.correctAnswered), set(entry.wrongAnswered)
+    errors = entry.llm_response_errors or {}
+    order = list(dict.fromkeys([*answers, *ratings, *entry.correctAnswered, *entry.wrongAnswered, *errors]))
+    return [
+        {
+            "pool_entry_pk": entry_pk,
+            "grader_pk": grader_pk,
+            "item_id": item_id,
+            "position": position,
+            "raw_answer": answers.get(item_id),
+            "self_rating": ratings.get(item_id),
+            "extracted_answer": None,
+            "correct": True if item_id in correct else (False if item_id in wrong else None),
+            "error": errors.get(item_id),
+        }
+        for position, item_id in enumerate(order)
+    ]
+
+
+def write_paragraph_grades(
+    session: Session, report: ImportReport, entry_pk: int, paragraph: ParagraphIn, file: str, line: int, index: int
+) -> None:
+    """Upsert the paragraph's exam_grades and grades as Grade rows (one grader per entry)."""
+    rows: list[dict[str, Any]] = []
+    for g, entry in enumerate(paragraph.exam_grades or []):
+        field = f"paragraphs[{index}].exam_grades[{g}]"
+        _, key = _rating_key(entry, file, line, field)
+        prompt_type = entry.prompt_type or ("nugget" if key == "nugget_id" else "question")
+        grader_pk = _imported_grader(session, entry, prompt_type, entry.self_ratings is not None)
+        rows += _exam_grade_rows(entry, grader_pk, entry_pk, file, line, field)
+    for direct in paragraph.grades or []:
+        grader_pk = _imported_grader(session, direct, "direct_grading", direct.self_ratings is not None)
+        rows.append(
+            {
+                "pool_entry_pk": entry_pk,
+                "grader_pk": grader_pk,
+                "item_id": DIRECT_ITEM,
+                "position": 0,
+                "raw_answer": direct.answer,
+                "self_rating": direct.self_ratings,
+                "extracted_answer": None,
+                "correct": direct.correctAnswered,
+                "error": direct.llm_response_error,
+            }
+        )
+    keys = [(r["grader_pk"], r["item_id"]) for r in rows]
+    if len(set(keys)) != len(keys):
+        raise ImportFormatError(file, line, f"paragraphs[{index}].exam_grades", "two grade entries of one grader")
+    upsert(session, Grade.__table__, rows, keys=("grader_pk", "pool_entry_pk", "item_id"), update=GRADE_FIELDS)
+    report.add("grades", len(rows))
+
+
+def exam_grades_entry(grader: Grader, grades: list[Grade]) -> dict[str, Any]:
+    """Rebuild one ExamGrades object from a grader's rows for one paragraph (in stored order)."""
+    options = grader.options
+    fields = set(options.get("fields", ["self_ratings"] if grader.is_self_rated else []))
+    rating_key = "nugget_id" if grader.prompt_type == "nugget" else "question_id"
+    answered = [g for g in grades if g.raw_answer is not None]
+    result: dict[str, Any] = {
+        "correctAnswered": [g.item_id for g in grades if g.correct is True],
+        "wrongAnswered": [g.item_id for g in grades if g.correct is False],
+        "answers": [[g.item_id, g.raw_answer] for g in answered],
+    }
+    errors = {g.item_id: g.error for g in grades if g.error is not None}
+    if errors:
+        result["llm_response_errors"] = errors
+    result["llm"] = grader.model
+    result["llm_options"] = options.get("llm_options", {})
+    if "exam_ratio" in fields or options.get("source") != "interchange":
+        result["exam_ratio"] = len(result["correctAnswered"]) / len(answered) if answered else 0.0
+    result["prompt_info"] = options.get("prompt_info") or {"prompt_class": grader.prompt_class}
+    if "self_ratings" in fields:
+        result["self_ratings"] = [
+            {rating_key: g.item_id, "self_rating": g.self_rating} for g in grades if g.self_rating is not None
+        ]
+    if "prompt_type" in fields:
+        result["prompt_type"] = grader.prompt_type
+    if "relevance_label" in fields:
+        ratings = [g.self_rating for g in grades if g.self_rating is not None]
+        result["relevance_label"] = max(ratings) if ratings else len(result["correctAnswered"])
+    return result
+
+
+def direct_grades_entry(grader: Grader, grade: Grade) -> dict[str, Any]:
+    """Rebuild one direct-prompt Grades object."""
+    options = grader.options
+    fields = set(options.get("fields", ["self_ratings"]))
+    result: dict[str, Any] = {"correctAnswered": bool(grade.correct), "answer": grade.raw_answer or ""}
+    if grade.error is not None:
+        result["llm_response_error"] = grade.error
+    result["llm"] = grader.model
+    result["llm_options"] = options.get("llm_options", {})
+    result["prompt_info"] = options.get("prompt_info") or {"prompt_class": grader.prompt_class}
+    if "self_ratings" in fields and grade.self_rating is not None:
+        result["self_ratings"] = grade.self_rating
+    if "prompt_type" in fields:
+        result["prompt_type"] = grader.prompt_type
+    if "relevance_label" in fields:
+        result["relevance_label"] = grade.self_rating if grade.self_rating is not None else int(bool(grade.correct))
+    return result

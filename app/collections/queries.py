@@ -1,0 +1,225 @@
+"""Read side: load a collection into the plain structures of ``app.evaluation``."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Select, select
+from sqlalchemy.orm import Session
+
+from app.evaluation.oversight import BankEntry
+from app.evaluation.types import GradedPool, Judgments, PassageGrade, RankedPassage, Rankings
+from app.models import (
+    BankItem,
+    Collection,
+    Grade,
+    Grader,
+    Judgment,
+    Passage,
+    PoolEntry,
+    Query,
+    RankingEntry,
+    RubricVersion,
+    RubricVersionItem,
+    System,
+)
+
+
+class GraderSelectionError(LookupError):
+    """No grader, or more than one, matches the requested model and prompt class."""
+
+
+def describe_grader(grader: Grader) -> str:
+    return f"model={grader.model} prompt-class={grader.prompt_class} template={grader.template_hash[:20]}"
+
+
+def graders_of(session: Session, collection: Collection) -> list[Grader]:
+    """Grader configurations that have grades in the collection."""
+    pks = select(Grade.grader_pk).join(PoolEntry, PoolEntry.id == Grade.pool_entry_pk).join(
+        Query, Query.id == PoolEntry.query_pk
+    ).where(Query.collection_id == collection.id).distinct()
+    return list(session.scalars(select(Grader).where(Grader.id.in_(pks)).order_by(Grader.id)))
+
+
+def select_grader(
+    session: Session, collection: Collection, *, model: str | None, prompt_class: str | None,
+    prompt_type: str | None = None,
+) -> Grader:
+    """The one grader with grades in the collection that matches the filters (GradeFilter)."""
+    available = graders_of(session, collection)
+    matching = [
+        g for g in available
+        if (model is None or g.model == model)
+        and (prompt_class is None or g.prompt_class == prompt_class)
+        and (prompt_type is None or g.prompt_type == prompt_type)
+    ]
+    if len(matching) == 1:
+        return matching[0]
+    listing = "; ".join(describe_grader(g) for g in available) or "none"
+    if not matching:
+        raise GraderSelectionError(f"no grades match model={model} prompt-class={prompt_class}. Available: {listing}")
+    raise GraderSelectionError(
+        f"{len(matching)} grader configurations match; narrow with --model/--prompt-class. Available: {listing}"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class PoolKeys:
+    """pool entry pk → (query id, passage id), for one collection."""
+
+    collection_id: int
+    keys: dict[int, tuple[str, str]]
+
+
+def _in_collection(statement: Select[Any], entry_column: Any, pool: PoolKeys) -> Select[Any]:
+    return (
+        statement.join(PoolEntry, PoolEntry.id == entry_column)
+        .join(Query, Query.id == PoolEntry.query_pk)
+        .where(Query.collection_id == pool.collection_id)
+    )
+
+
+def pool_keys(session: Session, collection: Collection) -> PoolKeys:
+    rows = session.execute(
+        select(PoolEntry.id, Query.query_id, Passage.passage_id)
+        .join(Query, Query.id == PoolEntry.query_pk)
+        .join(Passage, Passage.id == PoolEntry.passage_pk)
+        .where(Query.collection_id == collection.id)
+        .order_by(Query.position, PoolEntry.position)
+    )
+    return PoolKeys(collection.id, {pk: (qid, pid) for pk, qid, pid in rows.tuples()})
+
+
+def load_rankings(session: Session, collection: Collection, pool: PoolKeys) -> Rankings:
+    """system → query → passage → (rank, score), for every imported system."""
+    result: dict[str, dict[str, dict[str, RankedPassage]]] = {}
+    names = dict(session.execute(select(System.id, System.name).where(System.collection_id == collection.id)).tuples().all())
+    for name in names.values():
+        result[name] = {}
+    rows = session.execute(
+        select(RankingEntry.system_pk, RankingEntry.pool_entry_pk, RankingEntry.rank, RankingEntry.score)
+        .join(System, System.id == RankingEntry.system_pk)
+        .where(System.collection_id == collection.id)
+    ).tuples()
+    keys = pool.keys
+    for system_pk, entry_pk, rank, score in rows:
+        query_id, passage_id = keys[entry_pk]
+        result[names[system_pk]].setdefault(query_id, {})[passage_id] = RankedPassage(rank, score)
+    return result
+
+
+def version_item_ids(session: Session, version: RubricVersion) -> set[str]:
+    return set(
+        session.scalars(
+            select(BankItem.item_id)
+            .join(RubricVersionItem, RubricVersionItem.item_pk == BankItem.id)
+            .where(RubricVersionItem.version_pk == version.id)
+        )
+    )
+
+
+def load_graded_pool(
+    session: Session, pool: PoolKeys, grader: Grader, *, item_ids: set[str] | None = None
+) -> GradedPool:
+    """query → passage → PassageGrade for one grader; ``item_ids`` restricts to a rubric version's items."""
+    ratings: dict[int, dict[str, int]] = defaultdict(dict)
+    correct: dict[int, set[str]] = defaultdict(set)
+    graded: dict[int, set[str]] = defaultdict(set)
+    rows = session.execute(
+        _in_collection(
+            select(Grade.pool_entry_pk, Grade.item_id, Grade.self_rating, Grade.correct), Grade.pool_entry_pk, pool
+        ).where(Grade.grader_pk == grader.id)
+    ).tuples()
+    keys = pool.keys
+    for entry_pk, item_id, rating, is_correct in rows:
+        if item_ids is not None and item_id and item_id not in item_ids:
+            continue
+        graded[entry_pk].add(item_id)
+        if rating is not None:
+            ratings[entry_pk][item_id] = rating
+        if is_correct:
+            correct[entry_pk].add(item_id)
+    result: dict[str, dict[str, PassageGrade]] = {}
+    for entry_pk in keys:
+        if entry_pk not in graded:
+            continue
+        query_id, passage_id = keys[entry_pk]
+        result.setdefault(query_id, {})[passage_id] = PassageGrade(
+            ratings=ratings.get(entry_pk, {}),
+            correct=frozenset(correct.get(entry_pk, ())),
+            item_ids=frozenset(graded[entry_pk]),
+            is_self_rated=grader.is_self_rated,
+        )
+    return result
+
+
+def load_judgments(session: Session, pool: PoolKeys) -> Judgments:
+    """query → passage → judgments (in stored order)."""
+    result: dict[str, dict[str, list[int]]] = {}
+    rows = session.execute(
+        _in_collection(select(Judgment.pool_entry_pk, Judgment.relevance), Judgment.pool_entry_pk, pool)
+        .order_by(Judgment.pool_entry_pk, Judgment.ordinal)
+    ).tuples()
+    for entry_pk, relevance in rows:
+        query_id, passage_id = pool.keys[entry_pk]
+        result.setdefault(query_id, {}).setdefault(passage_id, []).append(relevance)
+    return result
+
+
+def load_answers(
+    session: Session, pool: PoolKeys, grader: Grader
+) -> dict[str, dict[str, dict[str, list[str]]]]:
+    """query → passage → item → answers (extracted answer if stored, else the raw answer)."""
+    result: dict[str, dict[str, dict[str, list[str]]]] = {}
+    rows = session.execute(
+        _in_collection(
+            select(Grade.pool_entry_pk, Grade.item_id, Grade.extracted_answer, Grade.raw_answer), Grade.pool_entry_pk, pool
+        ).where(Grade.grader_pk == grader.id)
+    ).tuples()
+    for entry_pk, item_id, extracted, raw in rows:
+        answer = extracted if extracted is not None else raw
+        if answer is None:
+            continue
+        query_id, passage_id = pool.keys[entry_pk]
+        result.setdefault(query_id, {}).setdefault(passage_id, {}).setdefault(item_id, []).append(answer)
+    return result
+
+
+def load_texts(session: Session, collection: Collection) -> dict[str, str]:
+    rows = session.execute(
+        select(Passage.passage_id, Passage.text).where(Passage.collection_id == collection.id)
+    ).tuples()
+    return {pid: text or "" for pid, text in rows}
+
+
+def load_bank(session: Session, version: RubricVersion | None) -> dict[str, list[BankEntry]]:
+    """query id → bank entries of a rubric version, in version order."""
+    if version is None:
+        return {}
+    rows = session.execute(
+        select(Query.query_id, BankItem.item_id, BankItem.text)
+        .join(RubricVersionItem, RubricVersionItem.item_pk == BankItem.id)
+        .join(Query, Query.id == BankItem.query_pk)
+        .where(RubricVersionItem.version_pk == version.id)
+        .order_by(RubricVersionItem.position)
+    ).tuples()
+    result: dict[str, list[BankEntry]] = {}
+    for query_id, item_id, text in rows:
+        result.setdefault(query_id, []).append(BankEntry(item_id, text))
+    return result
+
+
+def collection_summaries(session: Session) -> list[tuple[str, int, int, int]]:
+    """(name, queries, passages, systems) per collection."""
+    from sqlalchemy import func
+
+    result = []
+    for collection in session.scalars(select(Collection).order_by(Collection.name)):
+        counts = [
+            session.scalar(select(func.count()).select_from(model).where(model.collection_id == collection.id)) or 0
+            for model in (Query, Passage, System)
+        ]
+        result.append((collection.name, counts[0], counts[1], counts[2]))
+    return result

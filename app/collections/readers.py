@@ -1,0 +1,220 @@
+"""Streaming readers for every input format. Each bad record raises ImportFormatError(file, line, field)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from app.collections.errors import ImportFormatError
+from app.collections.schemas import BankIn, ParagraphIn
+
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _is_gzip(path: Path) -> bool:
+    with path.open("rb") as handle:
+        return handle.read(2) == _GZIP_MAGIC
+
+
+def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, line) of a plain or gzip text file; blank lines are skipped; an empty file is an error."""
+    name = str(path)
+    if not path.is_file():
+        raise ImportFormatError(name, None, None, "file not found")
+    opener = gzip.open if _is_gzip(path) else open
+    line_no = 0
+    seen_content = False
+    try:
+        with opener(path, "rt", encoding="utf-8") as handle:
+            for line_no, line in enumerate(handle, start=1):  # noqa: B007 - used after the loop
+                if line.strip():
+                    seen_content = True
+                    yield line_no, line
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        raise ImportFormatError(name, line_no + 1, None, f"corrupt or truncated gzip data ({exc})") from exc
+    except UnicodeDecodeError as exc:
+        raise ImportFormatError(name, line_no + 1, None, f"not UTF-8 text ({exc.reason})") from exc
+    if not seen_content:
+        raise ImportFormatError(name, None, None, "file is empty")
+
+
+def _loc(loc: tuple[int | str, ...]) -> str:
+    path = ""
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    return path
+
+
+def validate(model: type[BaseModel], data: Any, file: str, line: int, prefix: str = "") -> Any:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = prefix + _loc(tuple(first["loc"]))
+        raise ImportFormatError(file, line, field or None, first["msg"]) from None
+
+
+def parse_json_line(file: str, line_no: int, line: str) -> Any:
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ImportFormatError(file, line_no, None, f"invalid JSON ({exc.msg} at column {exc.colno})") from None
+
+
+@dataclass(frozen=True, slots=True)
+class InterchangeLine:
+    line: int
+    query_id: str
+    paragraphs: list[ParagraphIn]
+
+
+def read_interchange(path: Path) -> Iterator[InterchangeLine]:
+    """``[query_id, [paragraph, …]]`` per line (spec §4.1); numeric query ids become strings."""
+    name = str(path)
+    for line_no, line in iter_lines(path):
+        record = parse_json_line(name, line_no, line)
+        if not (isinstance(record, list) and len(record) == 2 and isinstance(record[1], list)):
+            raise ImportFormatError(name, line_no, None, "expected [query_id, [paragraph, …]]")
+        query_id = record[0]
+        if isinstance(query_id, bool) or not isinstance(query_id, str | int) or str(query_id) == "":
+            raise ImportFormatError(name, line_no, "query_id", "expected a non-empty string")
+        paragraphs = []
+        for index, raw in enumerate(record[1]):
+            paragraph_id = raw.get("paragraph_id") if isinstance(raw, dict) else None
+            prefix = f"paragraphs[{index}]" + (f"(id={paragraph_id})" if paragraph_id else "") + "."
+            paragraphs.append(validate(ParagraphIn, raw, name, line_no, prefix))
+        yield InterchangeLine(line_no, str(query_id), paragraphs)
+
+
+def read_banks(path: Path) -> Iterator[tuple[int, BankIn]]:
+    """Test-bank lines: the "items" format, the legacy "questions" format, or flat TQA question rows."""
+    name = str(path)
+    for line_no, line in iter_lines(path):
+        record = parse_json_line(name, line_no, line)
+        if isinstance(record, dict) and "qid" in record and "question" in record:
+            record = _flat_question_as_bank(record)
+        if not isinstance(record, dict):
+            raise ImportFormatError(name, line_no, None, "expected a JSON object per line")
+        bank: BankIn = validate(BankIn, record, name, line_no)
+        if bank.items is None and bank.questions is None:
+            raise ImportFormatError(name, line_no, "items", "a bank line needs 'items' or 'questions'")
+        yield line_no, bank
+
+
+def _flat_question_as_bank(record: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "query_id": record.get("query_id"),
+        "query_text": record.get("query_text") or "",
+        "facet_id": record.get("facet_id"),
+        "items": [
+            {
+                "query_id": record.get("query_id"),
+                "facet_id": record.get("facet_id"),
+                "question_id": record.get("qid"),
+                "question_text": record.get("question"),
+                "gold_answers": [record["correct"]] if isinstance(record.get("correct"), str) else None,
+            }
+        ],
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class RunLine:
+    line: int
+    query_id: str
+    passage_id: str
+    rank: int
+    score: float
+    tag: str
+
+
+def read_run(path: Path) -> Iterator[RunLine]:
+    """TREC run lines: ``qid Q0 docno rank score tag``."""
+    name = str(path)
+    fields = ("query_id", "Q0", "docno", "rank", "score", "tag")
+    for line_no, line in iter_lines(path):
+        parts = line.split()
+        if len(parts) != 6:
+            raise ImportFormatError(name, line_no, None, f"expected 6 columns ({' '.join(fields)}), got {len(parts)}")
+        rank = _number(int, parts[3], name, line_no, "rank")
+        score = _number(float, parts[4], name, line_no, "score")
+        yield RunLine(line_no, parts[0], parts[2], rank, score, parts[5])
+
+
+@dataclass(frozen=True, slots=True)
+class QrelsLine:
+    line: int
+    query_id: str
+    passage_id: str
+    relevance: int
+
+
+def read_qrels(path: Path) -> Iterator[QrelsLine]:
+    """TREC qrels lines: ``qid iter docno rel``."""
+    name = str(path)
+    for line_no, line in iter_lines(path):
+        parts = line.split()
+        if len(parts) != 4:
+            raise ImportFormatError(name, line_no, None, f"expected 4 columns (qid iter docno rel), got {len(parts)}")
+        yield QrelsLine(line_no, parts[0], parts[2], _number(int, parts[3], name, line_no, "rel"))
+
+
+def _number(kind: type[int] | type[float], text: str, file: str, line: int, field: str) -> Any:
+    try:
+        return kind(text)
+    except ValueError:
+        raise ImportFormatError(file, line, field, f"expected {kind.__name__}, got {text!r}") from None
+
+
+def _json_document(path: Path) -> tuple[Any, list[str]]:
+    lines = [line for _, line in iter_lines(path)]
+    text = "".join(lines)
+    try:
+        return json.loads(text), text.splitlines()
+    except json.JSONDecodeError as exc:
+        raise ImportFormatError(str(path), exc.lineno, None, f"invalid JSON ({exc.msg})") from None
+
+
+def key_line(lines: list[str], key: str) -> int | None:
+    """The line of a JSON object's key, for error messages about whole-document JSON files."""
+    needle = json.dumps(key)
+    return next((i for i, line in enumerate(lines, start=1) if needle in line), None)
+
+
+def read_queries(path: Path) -> list[tuple[int | None, str, str]]:
+    """Queries as (line, query id, text) from a JSON object ``{qid: text}``, or TSV ``qid<TAB>text…``."""
+    name = str(path)
+    if path.suffix.lower() in {".tsv", ".txt", ".qrels"}:
+        result: list[tuple[int | None, str, str]] = []
+        for line_no, line in iter_lines(path):
+            parts = line.rstrip("\n").split("\t") if "\t" in line else line.split(maxsplit=1)
+            result.append((line_no, parts[0].strip(), " ".join(p.strip() for p in parts[1:])))
+        return result
+    document, lines = _json_document(path)
+    if not isinstance(document, dict):
+        raise ImportFormatError(name, 1, None, "expected a JSON object {query_id: text}")
+    for key, value in document.items():
+        if not isinstance(value, str):
+            raise ImportFormatError(name, key_line(lines, key), key, f"expected query text, got {type(value).__name__}")
+    return [(key_line(lines, k), k, v) for k, v in document.items()]
+
+
+def read_official(path: Path) -> list[tuple[int | None, str, float]]:
+    """An official leaderboard ``{system: rank}``; ranks may be floats (ties as average ranks)."""
+    name = str(path)
+    document, lines = _json_document(path)
+    if not isinstance(document, dict) or not document:
+        raise ImportFormatError(name, 1, None, "expected a non-empty JSON object {system: rank}")
+    result = []
+    for system, rank in document.items():
+        if isinstance(rank, bool) or not isinstance(rank, int | float):
+            raise ImportFormatError(name, key_line(lines, system), system, f"expected a numeric rank, got {rank!r}")
+        result.append((key_line(lines, system), system, float(rank)))
+    return result

@@ -1,0 +1,402 @@
+"""Write side of collections: transactional, idempotent imports. Services flush, never commit."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import delete, select, tuple_, update
+from sqlalchemy.orm import Session
+
+from app.collections import grades_io
+from app.collections.errors import CollectionNotFound, ImportFormatError
+from app.collections.readers import (
+    InterchangeLine,
+    read_interchange,
+    read_official,
+    read_qrels,
+    read_queries,
+    read_run,
+)
+from app.models import (
+    Collection,
+    Judgment,
+    OfficialRank,
+    Passage,
+    PoolEntry,
+    Query,
+    RankingEntry,
+    System,
+)
+from app.sqlutil import chunks, upsert
+
+Progress = Callable[[int], None]
+
+
+def _no_progress(_: int) -> None:
+    return None
+
+
+@dataclass
+class ImportReport:
+    """What an import wrote (rows inserted or updated, per kind)."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def add(self, kind: str, n: int) -> None:
+        self.counts[kind] = self.counts.get(kind, 0) + n
+
+
+def get_collection(session: Session, name: str) -> Collection:
+    """Load a collection by name or raise CollectionNotFound."""
+    collection = session.scalar(select(Collection).where(Collection.name == name))
+    if collection is None:
+        raise CollectionNotFound(name)
+    return collection
+
+
+def ensure_collection(session: Session, name: str) -> Collection:
+    """Load the named collection, creating it if needed."""
+    collection = session.scalar(select(Collection).where(Collection.name == name))
+    if collection is None:
+        collection = Collection(name=name)
+        session.add(collection)
+        session.flush()
+    return collection
+
+
+class CollectionWriter:
+    """Caches natural key → primary key for one collection while an import runs."""
+
+    def __init__(self, session: Session, collection: Collection) -> None:
+        self.session = session
+        self.collection = collection
+        self.report = ImportReport()
+        rows = session.execute(
+            select(Query.query_id, Query.id, Query.position).where(Query.collection_id == collection.id)
+        ).all()
+        self.query_pks: dict[str, int] = {r.query_id: r.id for r in rows}
+        self._next_query_position = max((r.position for r in rows), default=-1) + 1
+        self.system_pks: dict[str, int] = dict(
+            session.execute(select(System.name, System.id).where(System.collection_id == collection.id)).tuples().all()
+        )
+
+    # -- queries ---------------------------------------------------------------------------
+    def ensure_query(self, query_id: str, text: str | None = None) -> int:
+        pk = self.query_pks.get(query_id)
+        if pk is None:
+            query = Query(
+                collection_id=self.collection.id,
+                query_id=query_id,
+                text=text or "",
+                position=self._next_query_position,
+            )
+            self.session.add(query)
+            self.session.flush()
+            self._next_query_position += 1
+            self.query_pks[query_id] = pk = query.id
+            self.report.add("queries", 1)
+        elif text:
+            result = self.session.execute(
+                update(Query).where(Query.id == pk, Query.text == "").values(text=text)
+            )
+            self.report.add("queries", result.rowcount)  # type: ignore[attr-defined]
+        return pk
+
+    def known_query(self, query_id: str, file: str, line: int) -> int:
+        pk = self.query_pks.get(query_id)
+        if pk is None:
+            raise ImportFormatError(
+                file, line, "query_id", f"query {query_id!r} is not in collection {self.collection.name!r}"
+            )
+        return pk
+
+    # -- passages and pool -----------------------------------------------------------------
+    def ensure_passages(self, texts: dict[str, str | None], file: str, lines: dict[str, int]) -> dict[str, int]:
+        """passage id → pk; fills missing texts and refuses a different text for a stored passage."""
+        ids = list(texts)
+        existing: dict[str, tuple[int, str | None]] = {}
+        for batch in chunks(ids):
+            for row in self.session.execute(
+                select(Passage.passage_id, Passage.id, Passage.text).where(
+                    Passage.collection_id == self.collection.id, Passage.passage_id.in_(batch)
+                )
+            ):
+                existing[row.passage_id] = (row.id, row.text)
+        new_rows = []
+        for passage_id, text in texts.items():
+            if passage_id not in existing:
+                new_rows.append({"collection_id": self.collection.id, "passage_id": passage_id, "text": text})
+                continue
+            pk, stored = existing[passage_id]
+            if text is None or stored == text:
+                continue
+            if stored is not None:
+                raise ImportFormatError(
+                    file, lines.get(passage_id), "text", f"passage {passage_id!r} is already stored with a different text"
+                )
+            self.session.execute(update(Passage).where(Passage.id == pk).values(text=text))
+            self.report.add("passages", 1)
+        if new_rows:
+            self.session.execute(Passage.__table__.insert(), new_rows)
+            self.report.add("passages", len(new_rows))
+            for batch in chunks([r["passage_id"] for r in new_rows]):
+                for row in self.session.execute(
+                    select(Passage.passage_id, Passage.id).where(
+                        Passage.collection_id == self.collection.id, Passage.passage_id.in_(batch)
+                    )
+                ):
+                    existing[row.passage_id] = (row.id, None)
+        return {passage_id: existing[passage_id][0] for passage_id in ids}
+
+    def ensure_pool(self, query_pk: int, passage_pks: list[int]) -> dict[int, int]:
+        """passage pk → pool entry pk for one query; new entries go after the existing ones."""
+        stored = dict(
+            self.session.execute(
+                select(PoolEntry.passage_pk, PoolEntry.id).where(PoolEntry.query_pk == query_pk)
+            ).tuples().all()
+        )
+        missing = [pk for pk in dict.fromkeys(passage_pks) if pk not in stored]
+        if missing:
+            start = len(stored)
+            self.session.execute(
+                PoolEntry.__table__.insert(),
+                [{"query_pk": query_pk, "passage_pk": pk, "position": start + i} for i, pk in enumerate(missing)],
+            )
+            self.report.add("pool_entries", len(missing))
+            stored = dict(
+                self.session.execute(
+                    select(PoolEntry.passage_pk, PoolEntry.id).where(PoolEntry.query_pk == query_pk)
+                ).tuples().all()
+            )
+        return stored
+
+    def ensure_system(self, name: str) -> int:
+        pk = self.system_pks.get(name)
+        if pk is None:
+            system = System(collection_id=self.collection.id, name=name)
+            self.session.add(system)
+            self.session.flush()
+            self.system_pks[name] = pk = system.id
+            self.report.add("systems", 1)
+        return pk
+
+    def write_rankings(self, rows: list[dict[str, Any]]) -> None:
+        upsert(
+            self.session,
+            RankingEntry.__table__,
+            rows,
+            keys=("system_pk", "pool_entry_pk"),
+            update=("rank", "score", "position"),
+        )
+        self.report.add("rankings", len(rows))
+
+    def replace_judgments(self, by_entry: dict[int, list[tuple[int, str | None]]]) -> None:
+        """The given judgment lists become the pool entries' judgments (ordinal = list index)."""
+        rows = [
+            {"pool_entry_pk": entry, "ordinal": i, "relevance": rel, "title_query": title}
+            for entry, judgments in by_entry.items()
+            for i, (rel, title) in enumerate(judgments)
+        ]
+        upsert(self.session, Judgment.__table__, rows, keys=("pool_entry_pk", "ordinal"), update=("relevance", "title_query"))
+        for entry, judgments in by_entry.items():
+            self.session.execute(
+                delete(Judgment).where(Judgment.pool_entry_pk == entry, Judgment.ordinal >= len(judgments))
+            )
+        self.report.add("judgments", len(rows))
+
+
+# -- interchange file -------------------------------------------------------------------------
+
+
+def _check_unique(ids: Iterable[str], file: str, line: int, field: str, what: str) -> None:
+    seen: set[str] = set()
+    for value in ids:
+        if value in seen:
+            raise ImportFormatError(file, line, field, f"duplicate {what} {value!r}")
+        seen.add(value)
+
+
+def _write_interchange_line(writer: CollectionWriter, record: InterchangeLine, file: str) -> None:
+    _check_unique((p.paragraph_id for p in record.paragraphs), file, record.line, "paragraph_id", "paragraph id")
+    query_pk = writer.ensure_query(record.query_id)
+    texts: dict[str, str | None] = {p.paragraph_id: p.text for p in record.paragraphs}
+    passage_pks = writer.ensure_passages(texts, file, {pid: record.line for pid in texts})
+    markup = [
+        {"id": passage_pks[p.paragraph_id], "markup": p.paragraph} for p in record.paragraphs
+    ]
+    writer.session.execute(update(Passage), markup)
+    entries = writer.ensure_pool(query_pk, [passage_pks[p.paragraph_id] for p in record.paragraphs])
+    rankings: list[dict[str, Any]] = []
+    judgments: dict[int, list[tuple[int, str | None]]] = {}
+    for index, paragraph in enumerate(record.paragraphs):
+        entry = entries[passage_pks[paragraph.paragraph_id]]
+        data = paragraph.paragraph_data
+        _check_unique(
+            (r.method for r in data.rankings), file, record.line, f"paragraphs[{index}].paragraph_data.rankings", "method"
+        )
+        for position, ranking in enumerate(data.rankings):
+            rankings.append(
+                {
+                    "system_pk": writer.ensure_system(ranking.method),
+                    "pool_entry_pk": entry,
+                    "rank": ranking.rank,
+                    "score": float(ranking.score),
+                    "position": position,
+                }
+            )
+        if data.judgments:
+            judgments[entry] = [(j.relevance, j.titleQuery) for j in data.judgments]
+        grades_io.write_paragraph_grades(writer.session, writer.report, entry, paragraph, file, record.line, index)
+    writer.write_rankings(rankings)
+    writer.replace_judgments(judgments)
+
+
+def import_interchange(
+    session: Session, collection: Collection, path: Path, progress: Progress = _no_progress
+) -> ImportReport:
+    """Import an upstream ``[query_id, [paragraph, …]]`` file: passages, pool, rankings, judgments, grades."""
+    writer = CollectionWriter(session, collection)
+    seen_queries: set[str] = set()
+    for record in read_interchange(path):
+        if record.query_id in seen_queries:
+            raise ImportFormatError(str(path), record.line, "query_id", f"duplicate query {record.query_id!r}")
+        seen_queries.add(record.query_id)
+        _write_interchange_line(writer, record, str(path))
+        progress(len(record.paragraphs))
+    session.flush()
+    return writer.report
+
+
+# -- queries, runs, qrels, official leaderboard -------------------------------------------------
+
+
+def import_queries(session: Session, collection: Collection, path: Path) -> ImportReport:
+    """Import ``{qid: text}`` (JSON) or ``qid<TAB>text`` lines; existing texts are replaced."""
+    writer = CollectionWriter(session, collection)
+    rows = read_queries(path)
+    _check_unique((qid for _, qid, _ in rows), str(path), 0, "query_id", "query id")
+    for _line, query_id, text in rows:
+        pk = writer.ensure_query(query_id, text)
+        changed = session.execute(update(Query).where(Query.id == pk, Query.text != text).values(text=text))
+        writer.report.add("queries", changed.rowcount)  # type: ignore[attr-defined]
+    session.flush()
+    return writer.report
+
+
+def import_run(
+    session: Session, collection: Collection, path: Path, progress: Progress = _no_progress
+) -> ImportReport:
+    """Import one TREC run file; the system is named by the run tag (one tag per file)."""
+    writer = CollectionWriter(session, collection)
+    file = str(path)
+    lines = list(read_run(path))
+    tags = {line.tag for line in lines}
+    if len(tags) > 1:
+        raise ImportFormatError(file, lines[0].line, "tag", f"one run per file, found tags {sorted(tags)}")
+    seen: set[tuple[str, str]] = set()
+    for line in lines:
+        if (line.query_id, line.passage_id) in seen:
+            raise ImportFormatError(file, line.line, "docno", f"duplicate docno {line.passage_id!r} for query {line.query_id!r}")
+        seen.add((line.query_id, line.passage_id))
+        writer.known_query(line.query_id, file, line.line)
+    system_pk = writer.ensure_system(lines[0].tag)
+    _write_ranked_lines(writer, lines, system_pk, file)
+    progress(len(lines))
+    session.flush()
+    return writer.report
+
+
+def _write_ranked_lines(writer: CollectionWriter, lines: list[Any], system_pk: int, file: str) -> None:
+    first_line = {line.passage_id: line.line for line in reversed(lines)}
+    passage_pks = writer.ensure_passages({line.passage_id: None for line in lines}, file, first_line)
+    by_query: dict[str, list[Any]] = {}
+    for line in lines:
+        by_query.setdefault(line.query_id, []).append(line)
+    rows = []
+    for query_id, query_lines in by_query.items():
+        query_pk = writer.query_pks[query_id]
+        ordered = sorted(query_lines, key=lambda x: x.rank)
+        entries = writer.ensure_pool(query_pk, [passage_pks[x.passage_id] for x in ordered])
+        rows += [
+            {
+                "system_pk": system_pk,
+                "pool_entry_pk": entries[passage_pks[x.passage_id]],
+                "rank": x.rank,
+                "score": x.score,
+                "position": None,
+            }
+            for x in query_lines
+        ]
+    writer.write_rankings(rows)
+
+
+def import_qrels(session: Session, collection: Collection, path: Path) -> ImportReport:
+    """Import TREC qrels as each listed passage's judgment (replacing the passage's judgments)."""
+    writer = CollectionWriter(session, collection)
+    file = str(path)
+    lines = list(read_qrels(path))
+    seen: set[tuple[str, str]] = set()
+    for line in lines:
+        if (line.query_id, line.passage_id) in seen:
+            raise ImportFormatError(file, line.line, "docno", f"duplicate judgment of {line.passage_id!r} for query {line.query_id!r}")
+        seen.add((line.query_id, line.passage_id))
+        writer.known_query(line.query_id, file, line.line)
+    first_line = {line.passage_id: line.line for line in reversed(lines)}
+    passage_pks = writer.ensure_passages({line.passage_id: None for line in lines}, file, first_line)
+    judgments: dict[int, list[tuple[int, str | None]]] = {}
+    by_query: dict[str, list[Any]] = {}
+    for line in lines:
+        by_query.setdefault(line.query_id, []).append(line)
+    for query_id, query_lines in by_query.items():
+        entries = writer.ensure_pool(writer.query_pks[query_id], [passage_pks[x.passage_id] for x in query_lines])
+        for x in query_lines:
+            judgments[entries[passage_pks[x.passage_id]]] = [(x.relevance, query_id)]
+    writer.replace_judgments(judgments)
+    session.flush()
+    return writer.report
+
+
+def import_official(session: Session, collection: Collection, path: Path) -> ImportReport:
+    """Replace the collection's official leaderboard; every ranked system must be in the collection."""
+    file = str(path)
+    report = ImportReport()
+    known = set(session.scalars(select(System.name).where(System.collection_id == collection.id)))
+    entries = read_official(path)
+    for line, system, _rank in entries:
+        if system not in known:
+            raise ImportFormatError(
+                file, line, system, f"system {system!r} is not in collection {collection.name!r} (import its run first)"
+            )
+    session.execute(delete(OfficialRank).where(OfficialRank.collection_id == collection.id))
+    session.execute(
+        OfficialRank.__table__.insert(),
+        [{"collection_id": collection.id, "system_name": s, "rank": r} for _, s, r in entries],
+    )
+    report.add("official_ranks", len(entries))
+    session.flush()
+    return report
+
+
+def official_leaderboard(session: Session, collection: Collection) -> dict[str, float]:
+    """system → official rank, as imported."""
+    rows = session.execute(
+        select(OfficialRank.system_name, OfficialRank.rank).where(OfficialRank.collection_id == collection.id)
+    ).tuples().all()
+    return dict(rows)
+
+
+def pool_entry_keys(session: Session, entry_pks: list[int]) -> dict[int, tuple[str, str]]:
+    """pool entry pk → (query id, passage id)."""
+    result: dict[int, tuple[str, str]] = {}
+    for batch in chunks(entry_pks):
+        rows = session.execute(
+            select(PoolEntry.id, Query.query_id, Passage.passage_id)
+            .join(Query, Query.id == PoolEntry.query_pk)
+            .join(Passage, Passage.id == PoolEntry.passage_pk)
+            .where(tuple_(PoolEntry.id).in_([(pk,) for pk in batch]))
+        )
+        result.update({row.id: (row.query_id, row.passage_id) for row in rows})
+    return result

@@ -1,0 +1,30 @@
+"""Settings, read from the environment with the ``RUBRIC_`` prefix."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def _default_database_url() -> str:
+    return f"sqlite:///{Path.cwd() / 'rubric.sqlite'}"
+
+
+class Settings(BaseSettings):
+    """Every knob of the workbench; override any field with ``RUBRIC_<NAME>``."""
+
+    model_config = SettingsConfigDict(env_prefix="RUBRIC_", env_file=".env", extra="ignore")
+
+    database_url: str = Field(default_factory=_default_database_url)
+    redis_url: str | None = None
+    bootstrap_samples: int = 1000
+    bootstrap_seed: int = 42
+    import_batch_size: int = 5000
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

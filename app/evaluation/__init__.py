@@ -1,0 +1,1 @@
+"""The science core: pure, typed functions with no database, web or Celery imports."""

@@ -1,0 +1,103 @@
+"""Leaderboard rank correlation against an official leaderboard (spec §2.5)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from scipy import stats
+
+from app.evaluation.types import Correlation
+
+
+class MissingSystemsError(ValueError):
+    """Officially ranked systems have no predicted score."""
+
+    def __init__(self, missing: Sequence[str]) -> None:
+        self.missing = list(missing)
+        super().__init__(
+            "officially ranked system(s) without a score: " + ", ".join(sorted(self.missing))
+        )
+
+
+def predicted_ranks(scores: Sequence[float]) -> np.ndarray:
+    """Average ranks of −score: the best score gets rank 1, ties share the mean of their ranks."""
+    return np.asarray(stats.rankdata([-s for s in scores], method="average"), dtype=float)
+
+
+def _tau_ap_ordered(official: Sequence[float], order: Sequence[int]) -> float:
+    total = 0.0
+    for position in range(1, len(order)):
+        system = order[position]
+        above = sum(1 for other in order[:position] if official[other] < official[system])
+        total += above / position
+    return 2.0 * total / (len(order) - 1) - 1.0
+
+
+def tau_ap(official: Sequence[float], predicted: Sequence[float]) -> float:
+    """AP rank correlation of Yilmaz, Aslam & Robertson (2008), with the official ranking as truth.
+
+    Order the systems by predicted rank. Then
+        τ_AP = 2/(n−1) · Σ_{i=2..n} C(i)/(i−1) − 1,
+    where C(i) counts the systems above position i that the official ranking also puts strictly
+    above the system at position i. τ_AP weighs swaps near the top more than Kendall's τ.
+    Predicted ties have no order, so we average τ_AP over the two extreme tie-breaks (by official
+    rank ascending and descending) instead of silently favouring one.
+    """
+    n = len(official)
+    if n < 2:
+        return math.nan
+    best = sorted(range(n), key=lambda i: (predicted[i], official[i], i))
+    worst = sorted(range(n), key=lambda i: (predicted[i], -official[i], i))
+    return (_tau_ap_ordered(official, best) + _tau_ap_ordered(official, worst)) / 2.0
+
+
+def rank_correlation(scores: Mapping[str, float], official: Mapping[str, float]) -> Correlation:
+    """Spearman ρ and Kendall τ_b between official ranks and average ranks of the scores.
+
+    Only officially ranked systems take part; predicted systems without an official rank are
+    ignored, and an official system without a score is an error. Constant scores give NaN.
+    """
+    missing = [system for system in official if system not in scores]
+    if missing:
+        raise MissingSystemsError(missing)
+    systems = list(official)
+    official_ranks = [float(official[s]) for s in systems]
+    ranks = predicted_ranks([scores[s] for s in systems])
+    if len(systems) < 2:
+        return Correlation(math.nan, math.nan, math.nan, len(systems))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        spearman = float(stats.spearmanr(official_ranks, ranks)[0])
+        kendall = float(stats.kendalltau(official_ranks, ranks)[0])
+    return Correlation(
+        spearman=spearman,
+        kendall=kendall,
+        tau_ap=tau_ap(official_ranks, list(ranks)),
+        n_systems=len(systems),
+    )
+
+
+def scores_to_ranks(scores: Mapping[str, float]) -> dict[str, float]:
+    """A leaderboard as {system: average rank}, best = 1."""
+    systems = list(scores)
+    return dict(zip(systems, (float(r) for r in predicted_ranks([scores[s] for s in systems])), strict=True))
+
+
+def per_query_correlation(
+    predicted: Mapping[str, Mapping[str, float]], reference: Mapping[str, Mapping[str, float]]
+) -> dict[str, Correlation]:
+    """For each query, correlate the systems' per-query scores under two judgement sources.
+
+    ``predicted`` and ``reference`` map system → query → value (e.g. P@20 under the derived qrels
+    and under the manual qrels). Only systems with a value under both take part in a query.
+    """
+    queries = sorted({q for per_query in reference.values() for q in per_query})
+    result = {}
+    for query_id in queries:
+        systems = [
+            s for s in reference if query_id in reference[s] and query_id in predicted.get(s, {})
+        ]
+        official = scores_to_ranks({s: reference[s][query_id] for s in systems})
+        result[query_id] = rank_correlation({s: predicted[s][query_id] for s in systems}, official)
+    return result

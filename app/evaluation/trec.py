@@ -1,0 +1,81 @@
+"""trec_eval measures on derived qrels, computed by ir_measures over pytrec_eval (spec §2.4)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+import ir_measures
+from ir_measures import AP, RR, P, R, Rprec, nDCG
+
+from app.evaluation.stats import mean_stderr
+from app.evaluation.types import Qrels, RankedPassage, Rankings, SystemScore
+
+_CUTOFF = re.compile(r"^(?P<name>[A-Za-z_\-]+?)(?:[@._](?P<k>\d+))?$")
+_BINARY = {
+    "p": P,
+    "precision": P,
+    "recall": R,
+    "r": R,
+    "map": AP,
+    "ap": AP,
+    "rr": RR,
+    "mrr": RR,
+    "recip_rank": RR,
+    "r-prec": Rprec,
+    "rprec": Rprec,
+}
+_GRADED = {"ndcg": nDCG, "ndcg_cut": nDCG}
+
+
+def parse_measure(name: str, *, min_rating: int | None = None) -> ir_measures.Measure:
+    """Map a trec_eval-style name (P@20, P.20, NDCG@10, MAP, RR, R-prec, Recall@100) to ir_measures.
+
+    Binary measures count a passage as relevant iff its label ≥ the level l (trec_eval ``-l``,
+    default 1), so P@k = |{relevant in the top k by score}| / k. As in trec_eval, the level does
+    not change nDCG, which uses the label as the gain. Any ir_measures name is accepted verbatim.
+    """
+    level = 1 if min_rating is None else min_rating
+    match = _CUTOFF.match(name.strip())
+    if match:
+        key = match["name"].lower()
+        cutoff = int(match["k"]) if match["k"] else None
+        if key in _BINARY:
+            measure = _BINARY[key](rel=level)
+            return measure @ cutoff if cutoff is not None else measure
+        if key in _GRADED:
+            return nDCG @ cutoff if cutoff is not None else nDCG
+    try:
+        return ir_measures.parse_measure(name)
+    except (ValueError, NameError, SyntaxError) as exc:
+        raise ValueError(
+            f"unknown measure {name!r}: use P@k, Recall@k, MAP, NDCG@k, RR, R-prec, cover, n-cover "
+            "or an ir_measures name"
+        ) from exc
+
+
+def run_dict(by_query: Mapping[str, Mapping[str, RankedPassage]]) -> dict[str, dict[str, float]]:
+    return {
+        query_id: {passage_id: float(entry.score) for passage_id, entry in ranked.items()}
+        for query_id, ranked in by_query.items()
+    }
+
+
+def per_query_values(
+    qrels: Qrels, rankings: Rankings, measure: ir_measures.Measure
+) -> dict[str, dict[str, float]]:
+    """system → query → value, over the queries present in both the qrels and the run (trec_eval without -c)."""
+    evaluator = ir_measures.evaluator([measure], qrels)
+    values: dict[str, dict[str, float]] = {}
+    for system, by_query in rankings.items():
+        values[system] = {m.query_id: float(m.value) for m in evaluator.iter_calc(run_dict(by_query))}
+    return values
+
+
+def trec_scores(qrels: Qrels, rankings: Rankings, measure: ir_measures.Measure) -> list[SystemScore]:
+    """Per system: mean ± stderr of the per-query values; the mean equals trec_eval's "all" value."""
+    scores = []
+    for system, per_query in per_query_values(qrels, rankings, measure).items():
+        mean, stderr = mean_stderr(list(per_query.values()))
+        scores.append(SystemScore(system=system, score=mean, stderr=stderr, per_query=per_query))
+    return scores

@@ -1,0 +1,228 @@
+"""Leaderboards from stored grades: Cover, n-Cover, or trec_eval measures on derived qrels."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from app.collections import queries
+from app.collections.service import official_leaderboard
+from app.evaluation.correlation import per_query_correlation, rank_correlation
+from app.evaluation.cover import OVERALL, cover_scores
+from app.evaluation.formatting import Table, nan_to_none, reference_round, trec_eval_round
+from app.evaluation.qrels import LabelRule, derive_qrels
+from app.evaluation.stats import bootstrap_ci
+from app.evaluation.trec import parse_measure, per_query_values, trec_scores
+from app.evaluation.types import Correlation, GradedPool, Leaderboard, Qrels, Rankings, SystemScore
+from app.models import Collection, Grader, RubricVersion
+
+COVER_MEASURES = {"cover": False, "n-cover": True}
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderboardRequest:
+    measure: str
+    min_rating: int | None = None
+    top_k: int = 20
+    label: str = "max"
+    model: str | None = None
+    prompt_class: str | None = None
+    rubric_version: int | None = None
+    reference_rounding: bool = False
+    bootstrap_samples: int = 1000
+    bootstrap_seed: int = 42
+    per_query_correlation: bool = False
+
+
+@dataclass(slots=True)
+class EvaluationData:
+    grader: Grader
+    graded: GradedPool
+    rankings: Rankings
+    pool: queries.PoolKeys
+
+
+def load_evaluation_data(
+    session: Session, collection: Collection, *, model: str | None, prompt_class: str | None,
+    rubric_version: int | None = None,
+) -> EvaluationData:
+    """Everything a leaderboard needs, read in a few set-based queries."""
+    grader = queries.select_grader(session, collection, model=model, prompt_class=prompt_class)
+    pool = queries.pool_keys(session, collection)
+    item_ids = None
+    if rubric_version is not None:
+        item_ids = queries.version_item_ids(session, _version(session, collection, rubric_version))
+    graded = queries.load_graded_pool(session, pool, grader, item_ids=item_ids)
+    return EvaluationData(grader, graded, queries.load_rankings(session, collection, pool), pool)
+
+
+def _version(session: Session, collection: Collection, number: int) -> RubricVersion:
+    from sqlalchemy import select
+
+    version = session.scalar(
+        select(RubricVersion).where(RubricVersion.collection_id == collection.id, RubricVersion.number == number)
+    )
+    if version is None:
+        raise LookupError(f"collection {collection.name!r} has no rubric version {number}")
+    return version
+
+
+def qrels_for(data: EvaluationData, request: LeaderboardRequest) -> Qrels:
+    return derive_qrels(data.graded, LabelRule.parse(request.label, min_rating=request.min_rating))
+
+
+def score_systems(data: EvaluationData, request: LeaderboardRequest) -> list[SystemScore]:
+    """Raw per-system scores (no rounding, no CI) for the requested measure."""
+    name = request.measure.lower()
+    if name in COVER_MEASURES:
+        return cover_scores(
+            data.graded, data.rankings, min_rating=request.min_rating, top_k=request.top_k,
+            normalized=COVER_MEASURES[name],
+        )
+    measure = parse_measure(request.measure, min_rating=request.min_rating)
+    return trec_scores(qrels_for(data, request), data.rankings, measure)
+
+
+def _correlation_score(score: SystemScore, request: LeaderboardRequest) -> float:
+    # The reference correlates the 4-decimal values trec_eval printed, not the exact means.
+    is_trec = request.measure.lower() not in COVER_MEASURES
+    return trec_eval_round(score.score) if request.reference_rounding and is_trec else score.score
+
+
+def _display_score(score: SystemScore, request: LeaderboardRequest) -> float:
+    if not request.reference_rounding:
+        return score.score
+    if request.measure.lower() in COVER_MEASURES:
+        return round(score.score, 3)
+    return reference_round(score.score)
+
+
+def build_leaderboard(
+    data: EvaluationData, request: LeaderboardRequest, official: dict[str, float] | None
+) -> Leaderboard:
+    """Score, attach CIs and official ranks, sort, and correlate with the official leaderboard."""
+    raw = score_systems(data, request)
+    correlation: Correlation | None = None
+    if official:
+        correlation = rank_correlation({s.system: _correlation_score(s, request) for s in raw}, official)
+    systems = []
+    for score in raw:
+        low, high = bootstrap_ci(
+            list(score.per_query.values()), samples=request.bootstrap_samples, seed=request.bootstrap_seed
+        )
+        systems.append(
+            replace(
+                score,
+                score=_display_score(score, request),
+                ci_low=low,
+                ci_high=high,
+                official_rank=(official or {}).get(score.system),
+            )
+        )
+    systems.sort(key=lambda s: (s.system != OVERALL, -s.score, s.system))
+    return Leaderboard(
+        measure=request.measure,
+        systems=systems,
+        correlation=correlation,
+        settings={
+            "min_rating": request.min_rating,
+            "top_k": request.top_k,
+            "label": request.label,
+            "grader": queries.describe_grader(data.grader),
+            "rubric_version": request.rubric_version,
+            "reference_rounding": request.reference_rounding,
+            "bootstrap_samples": request.bootstrap_samples,
+        },
+    )
+
+
+def compute_leaderboard(
+    session: Session, collection: Collection, request: LeaderboardRequest, official: dict[str, float] | None = None
+) -> Leaderboard:
+    """The leaderboard of one collection; ``official`` defaults to the imported official ranks."""
+    data = load_evaluation_data(
+        session, collection, model=request.model, prompt_class=request.prompt_class,
+        rubric_version=request.rubric_version,
+    )
+    if official is None:
+        official = official_leaderboard(session, collection) or None
+    return build_leaderboard(data, request, official)
+
+
+def manual_per_query_correlation(
+    session: Session, collection: Collection, data: EvaluationData, request: LeaderboardRequest
+) -> dict[str, Correlation]:
+    """Per query: systems ordered by the measure on derived qrels vs on the manual judgments."""
+    judgments = queries.load_judgments(session, data.pool)
+    manual: Qrels = {q: {p: max(js) for p, js in docs.items()} for q, docs in judgments.items()}
+    measure = parse_measure(request.measure, min_rating=request.min_rating)
+    predicted = per_query_values(qrels_for(data, request), data.rankings, measure)
+    return per_query_correlation(predicted, per_query_values(manual, data.rankings, measure))
+
+
+def _json_number(value: float | None) -> float | None:
+    return None if value is None else nan_to_none(value)
+
+
+def leaderboard_json(board: Leaderboard, per_query: dict[str, Correlation] | None = None) -> dict[str, Any]:
+    """The ``--format json`` contract of ``rubric leaderboard``."""
+    result: dict[str, Any] = {
+        "measure": board.measure,
+        "settings": board.settings,
+        "systems": [
+            {
+                "system": s.system,
+                "score": s.score,
+                "stderr": s.stderr,
+                "ci_low": s.ci_low,
+                "ci_high": s.ci_high,
+                "official_rank": s.official_rank,
+                "per_query": dict(s.per_query),
+            }
+            for s in board.systems
+        ],
+        "correlation": _correlation_json(board.correlation),
+    }
+    if per_query is not None:
+        result["per_query_correlation"] = {q: _correlation_json(c) for q, c in per_query.items()}
+    return result
+
+
+def _correlation_json(correlation: Correlation | None) -> dict[str, Any] | None:
+    if correlation is None:
+        return None
+    return {
+        "spearman": _json_number(correlation.spearman),
+        "kendall": _json_number(correlation.kendall),
+        "tau_ap": _json_number(correlation.tau_ap),
+        "n_systems": correlation.n_systems,
+    }
+
+
+def leaderboard_table(board: Leaderboard) -> Table:
+    """The leaderboard as a table: score ± stderr, 95 % bootstrap CI, official rank; correlations as footer."""
+    rows: list[list[Any]] = [
+        [s.system, s.score, s.stderr, s.ci_low, s.ci_high, s.official_rank, len(s.per_query)] for s in board.systems
+    ]
+    footer = [f"{key}: {value}" for key, value in board.settings.items()]
+    if board.correlation is not None:
+        c = board.correlation
+        footer += [
+            f"spearman\t{_fmt(c.spearman)}",
+            f"kendall\t{_fmt(c.kendall)}",
+            f"tau_ap\t{_fmt(c.tau_ap)}",
+            f"n_systems\t{c.n_systems}",
+        ]
+    return Table(
+        title=f"Leaderboard: {board.measure}",
+        columns=["system", board.measure, "stderr", "ci_low", "ci_high", "official_rank", "n_queries"],
+        rows=rows,
+        footer=footer,
+    )
+
+
+def _fmt(value: float) -> str:
+    return "nan" if math.isnan(value) else f"{value:.3f}"

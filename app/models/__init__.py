@@ -1,0 +1,33 @@
+"""ORM models; importing this package registers every table on ``Base.metadata``."""
+
+from app.models.base import Base
+from app.models.collection import (
+    Collection,
+    Judgment,
+    OfficialRank,
+    Passage,
+    PoolEntry,
+    Query,
+    RankingEntry,
+    System,
+)
+from app.models.grading import DIRECT_ITEM, Grade, Grader
+from app.models.rubric import BankItem, RubricVersion, RubricVersionItem
+
+__all__ = [
+    "DIRECT_ITEM",
+    "BankItem",
+    "Base",
+    "Collection",
+    "Grade",
+    "Grader",
+    "Judgment",
+    "OfficialRank",
+    "Passage",
+    "PoolEntry",
+    "Query",
+    "RankingEntry",
+    "RubricVersion",
+    "RubricVersionItem",
+    "System",
+]

@@ -1,0 +1,104 @@
+"""A test collection: queries, passages, the pool, systems' rankings, judgments, official ranks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import JSON, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.models.base import Base, TimestampMixin
+
+
+class Collection(TimestampMixin, Base):
+    __tablename__ = "collection"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    description: Mapped[str] = mapped_column(Text, default="")
+
+
+class Query(Base):
+    __tablename__ = "query"
+    __table_args__ = (UniqueConstraint("collection_id", "query_id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    collection_id: Mapped[int] = mapped_column(ForeignKey("collection.id", ondelete="CASCADE"))
+    query_id: Mapped[str] = mapped_column(String(200))
+    text: Mapped[str] = mapped_column(Text, default="")
+    # Subtopics / facets: [{"facet_id": ..., "text": ...}], as CAR-style banks name them.
+    facets: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True, default=None)
+    position: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class Passage(Base):
+    __tablename__ = "passage"
+    __table_args__ = (UniqueConstraint("collection_id", "passage_id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    collection_id: Mapped[int] = mapped_column(ForeignKey("collection.id", ondelete="CASCADE"))
+    passage_id: Mapped[str] = mapped_column(String(300))
+    # None when a run or qrels named the passage but no text was ever imported.
+    text: Mapped[str | None] = mapped_column(Text, default=None)
+    markup: Mapped[Any] = mapped_column(JSON, nullable=True, default=None)
+
+
+class PoolEntry(Base):
+    """A passage listed for a query: the unit that is judged, ranked and graded."""
+
+    __tablename__ = "pool_entry"
+    __table_args__ = (
+        UniqueConstraint("query_pk", "passage_pk"),
+        Index("ix_pool_entry_passage", "passage_pk"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    query_pk: Mapped[int] = mapped_column(ForeignKey("query.id", ondelete="CASCADE"))
+    passage_pk: Mapped[int] = mapped_column(ForeignKey("passage.id", ondelete="CASCADE"))
+    position: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class System(Base):
+    __tablename__ = "system"
+    __table_args__ = (UniqueConstraint("collection_id", "name"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    collection_id: Mapped[int] = mapped_column(ForeignKey("collection.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(200))
+
+
+class RankingEntry(Base):
+    __tablename__ = "ranking_entry"
+    __table_args__ = (
+        UniqueConstraint("system_pk", "pool_entry_pk"),
+        Index("ix_ranking_entry_pool_entry", "pool_entry_pk"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    system_pk: Mapped[int] = mapped_column(ForeignKey("system.id", ondelete="CASCADE"))
+    pool_entry_pk: Mapped[int] = mapped_column(ForeignKey("pool_entry.id", ondelete="CASCADE"))
+    rank: Mapped[int] = mapped_column(Integer)
+    score: Mapped[float] = mapped_column(Float)
+    # Order inside the interchange file's rankings list, kept for a byte-faithful export.
+    position: Mapped[int | None] = mapped_column(Integer, default=None)
+
+
+class Judgment(Base):
+    __tablename__ = "judgment"
+    __table_args__ = (UniqueConstraint("pool_entry_pk", "ordinal"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    pool_entry_pk: Mapped[int] = mapped_column(ForeignKey("pool_entry.id", ondelete="CASCADE"))
+    ordinal: Mapped[int] = mapped_column(Integer, default=0)
+    relevance: Mapped[int] = mapped_column(Integer)
+    title_query: Mapped[str | None] = mapped_column(String(200), default=None)
+
+
+class OfficialRank(Base):
+    __tablename__ = "official_rank"
+    __table_args__ = (UniqueConstraint("collection_id", "system_name"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    collection_id: Mapped[int] = mapped_column(ForeignKey("collection.id", ondelete="CASCADE"))
+    system_name: Mapped[str] = mapped_column(String(200))
+    rank: Mapped[float] = mapped_column(Float)

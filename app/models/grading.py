@@ -1,0 +1,47 @@
+"""Grader configurations and grades: one grade per (pool entry, bank item, grader)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, DateTime, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.models.base import Base, utcnow
+
+DIRECT_ITEM = ""  # item_id of a direct (whole-passage) relevance grade, which has no bank item
+
+
+class Grader(Base):
+    __tablename__ = "grader"
+    __table_args__ = (UniqueConstraint("model", "prompt_class", "template_hash"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    model: Mapped[str] = mapped_column(String(300))
+    prompt_class: Mapped[str] = mapped_column(String(200))
+    template_hash: Mapped[str] = mapped_column(String(64))
+    prompt_type: Mapped[str] = mapped_column(String(20))  # question | nugget | direct_grading
+    is_self_rated: Mapped[bool] = mapped_column(Boolean, default=True)
+    # llm_options, prompt_info and which optional fields the source file carried.
+    options: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
+class Grade(Base):
+    __tablename__ = "grade"
+    __table_args__ = (
+        UniqueConstraint("grader_pk", "pool_entry_pk", "item_id"),
+        Index("ix_grade_pool_entry", "pool_entry_pk"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    pool_entry_pk: Mapped[int] = mapped_column(ForeignKey("pool_entry.id", ondelete="CASCADE"))
+    grader_pk: Mapped[int] = mapped_column(ForeignKey("grader.id", ondelete="CASCADE"))
+    item_id: Mapped[str] = mapped_column(String(300))
+    position: Mapped[int] = mapped_column(Integer, default=0)
+    raw_answer: Mapped[str | None] = mapped_column(Text, default=None)
+    self_rating: Mapped[int | None] = mapped_column(Integer, default=None)
+    extracted_answer: Mapped[str | None] = mapped_column(Text, default=None)
+    correct: Mapped[bool | None] = mapped_column(Boolean, default=None)
+    error: Mapped[Any] = mapped_column(JSON, nullable=True, default=None)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

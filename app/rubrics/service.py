@@ -1,0 +1,203 @@
+"""Test banks and rubric versions. A version is an immutable snapshot of ordered bank items."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from app.collections.errors import ImportFormatError
+from app.collections.grades_io import canonical_hash
+from app.collections.readers import read_banks
+from app.collections.schemas import BankIn, BankItemIn
+from app.collections.service import CollectionWriter, ImportReport
+from app.models import BankItem, Collection, Query, RubricVersion, RubricVersionItem
+from app.sqlutil import upsert
+
+
+def item_id_for(query_id: str, text: str, facet_id: str | None = None) -> str:
+    """New item ids are ``query_id/md5(text.strip())`` (``query_id/facet_id/md5`` with a facet)."""
+    digest = hashlib.md5(text.strip().encode("utf-8")).hexdigest()
+    return f"{query_id}/{facet_id}/{digest}" if facet_id else f"{query_id}/{digest}"
+
+
+@dataclass(frozen=True, slots=True)
+class ItemSpec:
+    query_id: str
+    item_id: str
+    kind: str
+    text: str
+    gold_answers: list[str] | None
+    facet_id: str | None
+    info: Any
+
+    def content_hash(self) -> str:
+        return canonical_hash(
+            [self.query_id, self.item_id, self.kind, self.text, self.gold_answers, self.facet_id, self.info]
+        )
+
+
+def _item_spec(bank: BankIn, raw: BankItemIn, file: str, line: int, field: str) -> ItemSpec:
+    if raw.nugget_text is not None or raw.nugget_id is not None:
+        kind, item_id, text = "nugget", raw.nugget_id, raw.nugget_text
+    else:
+        kind, item_id, text = "question", raw.question_id, raw.question_text
+    if text is None or not text.strip():
+        raise ImportFormatError(file, line, f"{field}.{kind}_text", "an item needs a non-empty text")
+    if raw.query_id is not None and raw.query_id != bank.query_id:
+        raise ImportFormatError(file, line, f"{field}.query_id", f"item of query {raw.query_id!r} in bank of {bank.query_id!r}")
+    facet = raw.facet_id or bank.facet_id
+    return ItemSpec(
+        query_id=bank.query_id,
+        item_id=item_id or item_id_for(bank.query_id, text, facet),
+        kind=kind,
+        text=text,
+        gold_answers=raw.gold_answers,
+        facet_id=facet,
+        info=raw.info,
+    )
+
+
+def _bank_meta(bank: BankIn) -> dict[str, Any]:
+    return {
+        "test_collection": bank.test_collection,
+        "query_text": bank.query_text,
+        "info": bank.info,
+        "hash": bank.hash,
+        "facet_id": bank.facet_id,
+        "facet_text": bank.facet_text,
+        "format": "questions" if bank.questions is not None else "items",
+    }
+
+
+def latest_version(session: Session, collection: Collection) -> RubricVersion | None:
+    return session.scalar(
+        select(RubricVersion)
+        .where(RubricVersion.collection_id == collection.id)
+        .order_by(RubricVersion.number.desc())
+        .limit(1)
+    )
+
+
+def version_item_pks(session: Session, version: RubricVersion | None) -> list[int]:
+    if version is None:
+        return []
+    return list(
+        session.scalars(
+            select(RubricVersionItem.item_pk)
+            .where(RubricVersionItem.version_pk == version.id)
+            .order_by(RubricVersionItem.position)
+        )
+    )
+
+
+def import_banks(session: Session, collection: Collection, paths: list[Path]) -> ImportReport:
+    """Import bank files into a new rubric version (none if nothing changed).
+
+    The file's items replace the previous version's items of the same kind for the same queries;
+    items of other queries and kinds carry over. Ids are kept as given, never recomputed.
+    """
+    writer = CollectionWriter(session, collection)
+    specs: list[ItemSpec] = []
+    meta: dict[str, Any] = {}
+    for path in paths:
+        file = str(path)
+        seen: set[str] = set()
+        for line, bank in read_banks(path):
+            writer.ensure_query(bank.query_id, bank.query_text)
+            for i, raw in enumerate(bank.items if bank.items is not None else bank.questions or []):
+                field = f"{'items' if bank.items is not None else 'questions'}[{i}]"
+                spec = _item_spec(bank, raw, file, line, field)
+                if spec.item_id in seen:
+                    raise ImportFormatError(file, line, f"{field}.{spec.kind}_id", f"duplicate item id {spec.item_id!r}")
+                seen.add(spec.item_id)
+                specs.append(spec)
+                meta[f"{spec.kind}:{bank.query_id}"] = _bank_meta(bank)
+            _add_facet(session, writer.query_pks[bank.query_id], bank)
+    item_pks = _store_items(session, collection, writer, specs)
+    _new_version_if_changed(session, collection, writer, specs, item_pks, meta)
+    session.flush()
+    return writer.report
+
+
+def _add_facet(session: Session, query_pk: int, bank: BankIn) -> None:
+    if bank.facet_id is None:
+        return
+    query = session.get_one(Query, query_pk)
+    facets = list(query.facets or [])
+    if not any(f.get("facet_id") == bank.facet_id for f in facets):
+        query.facets = [*facets, {"facet_id": bank.facet_id, "text": bank.facet_text}]
+
+
+def _store_items(
+    session: Session, collection: Collection, writer: CollectionWriter, specs: list[ItemSpec]
+) -> list[int]:
+    rows = [
+        {
+            "collection_id": collection.id,
+            "query_pk": writer.query_pks[s.query_id],
+            "item_id": s.item_id,
+            "kind": s.kind,
+            "text": s.text,
+            "gold_answers": s.gold_answers,
+            "facet_id": s.facet_id,
+            "info": s.info,
+            "content_hash": s.content_hash(),
+        }
+        for s in specs
+    ]
+    upsert(session, BankItem.__table__, rows, keys=("collection_id", "item_id", "content_hash"))
+    stored = {
+        (row.item_id, row.content_hash): row.id
+        for row in session.execute(
+            select(BankItem.item_id, BankItem.content_hash, BankItem.id).where(BankItem.collection_id == collection.id)
+        )
+    }
+    return [stored[(s.item_id, s.content_hash())] for s in specs]
+
+
+def _new_version_if_changed(
+    session: Session,
+    collection: Collection,
+    writer: CollectionWriter,
+    specs: list[ItemSpec],
+    item_pks: list[int],
+    meta: dict[str, Any],
+) -> None:
+    previous = latest_version(session, collection)
+    replaced = {(s.kind, writer.query_pks[s.query_id]) for s in specs}
+    kept: list[int] = []
+    for pk in version_item_pks(session, previous):
+        item = session.get_one(BankItem, pk)
+        if (item.kind, item.query_pk) not in replaced:
+            kept.append(pk)
+    position_of_query = dict(session.execute(select(Query.id, Query.position)).tuples().all())
+    kind_of = dict(session.execute(select(BankItem.id, BankItem.kind).where(BankItem.id.in_(kept + item_pks))).tuples().all())
+    query_of = dict(session.execute(select(BankItem.id, BankItem.query_pk).where(BankItem.id.in_(kept + item_pks))).tuples().all())
+    merged = list(dict.fromkeys(kept + item_pks))
+    ordered = sorted(
+        enumerate(merged), key=lambda pair: (position_of_query[query_of[pair[1]]], kind_of[pair[1]] != "question", pair[0])
+    )
+    new_items = [pk for _, pk in ordered]
+    if new_items == version_item_pks(session, previous):
+        return
+    number = (session.scalar(select(func.max(RubricVersion.number)).where(RubricVersion.collection_id == collection.id)) or 0) + 1
+    version = RubricVersion(
+        collection_id=collection.id,
+        number=number,
+        created_by="import",
+        note="imported test bank",
+        bank_meta={**(previous.bank_meta if previous else {}), **meta},
+    )
+    session.add(version)
+    session.flush()
+    session.execute(
+        RubricVersionItem.__table__.insert(),
+        [{"version_pk": version.id, "item_pk": pk, "position": i} for i, pk in enumerate(new_items)],
+    )
+    writer.report.add("rubric_versions", 1)
+    writer.report.add("bank_items", len(new_items))
