@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.collections.grades_io import direct_grades_entry, exam_grades_entry
@@ -40,7 +40,7 @@ def _entries_by_query(session: Session, collection: Collection) -> dict[int, lis
         .join(Query, Query.id == PoolEntry.query_pk)
         .where(Query.collection_id == collection.id)
         .order_by(PoolEntry.query_pk, PoolEntry.position)
-    ).tuples()
+    ).all()
     result: dict[int, list[tuple[int, Passage]]] = defaultdict(list)
     for query_pk, entry_pk, passage in rows:
         result[query_pk].append((entry_pk, passage))
@@ -49,8 +49,17 @@ def _entries_by_query(session: Session, collection: Collection) -> dict[int, lis
 
 def interchange_lines(session: Session, collection: Collection) -> Iterator[list[Any]]:
     """``[query_id, [paragraph, …]]`` per query, in import order, with every stored grade."""
-    queries = session.scalars(select(Query).where(Query.collection_id == collection.id).order_by(Query.position))
-    systems = dict(session.execute(select(System.id, System.name).where(System.collection_id == collection.id)).tuples().all())
+    # Queries follow the order in which their passages were first pooled: the import file's order.
+    first_pooled = (
+        select(PoolEntry.query_pk, func.min(PoolEntry.id).label("first")).group_by(PoolEntry.query_pk).subquery()
+    )
+    queries = session.scalars(
+        select(Query)
+        .join(first_pooled, first_pooled.c.query_pk == Query.id)
+        .where(Query.collection_id == collection.id)
+        .order_by(first_pooled.c.first)
+    )
+    systems = dict(session.execute(select(System.id, System.name).where(System.collection_id == collection.id)).all())
     graders = {g.id: g for g in session.scalars(select(Grader))}
     entries = _entries_by_query(session, collection)
     for query in queries:
@@ -165,7 +174,7 @@ def write_runs(session: Session, collection: Collection, directory: Path) -> lis
         .join(Passage, Passage.id == PoolEntry.passage_pk)
         .where(System.collection_id == collection.id)
         .order_by(System.name, Query.position, RankingEntry.rank)
-    ).tuples()
+    ).all()
     lines: dict[str, list[str]] = defaultdict(list)
     for system, query_id, passage_id, rank, score in rows:
         lines[system].append(f"{query_id} Q0 {passage_id} {rank} {score!r} {system}\n")

@@ -89,20 +89,20 @@ def pool_keys(session: Session, collection: Collection) -> PoolKeys:
         .where(Query.collection_id == collection.id)
         .order_by(Query.position, PoolEntry.position)
     )
-    return PoolKeys(collection.id, {pk: (qid, pid) for pk, qid, pid in rows.tuples()})
+    return PoolKeys(collection.id, {pk: (qid, pid) for pk, qid, pid in rows})
 
 
 def load_rankings(session: Session, collection: Collection, pool: PoolKeys) -> Rankings:
     """system → query → passage → (rank, score), for every imported system."""
     result: dict[str, dict[str, dict[str, RankedPassage]]] = {}
-    names = dict(session.execute(select(System.id, System.name).where(System.collection_id == collection.id)).tuples().all())
+    names = dict(session.execute(select(System.id, System.name).where(System.collection_id == collection.id)).all())
     for name in names.values():
         result[name] = {}
     rows = session.execute(
         select(RankingEntry.system_pk, RankingEntry.pool_entry_pk, RankingEntry.rank, RankingEntry.score)
         .join(System, System.id == RankingEntry.system_pk)
         .where(System.collection_id == collection.id)
-    ).tuples()
+    ).all()
     keys = pool.keys
     for system_pk, entry_pk, rank, score in rows:
         query_id, passage_id = keys[entry_pk]
@@ -131,7 +131,7 @@ def load_graded_pool(
         _in_collection(
             select(Grade.pool_entry_pk, Grade.item_id, Grade.self_rating, Grade.correct), Grade.pool_entry_pk, pool
         ).where(Grade.grader_pk == grader.id)
-    ).tuples()
+    ).all()
     keys = pool.keys
     for entry_pk, item_id, rating, is_correct in rows:
         if item_ids is not None and item_id and item_id not in item_ids:
@@ -161,7 +161,7 @@ def load_judgments(session: Session, pool: PoolKeys) -> Judgments:
     rows = session.execute(
         _in_collection(select(Judgment.pool_entry_pk, Judgment.relevance), Judgment.pool_entry_pk, pool)
         .order_by(Judgment.pool_entry_pk, Judgment.ordinal)
-    ).tuples()
+    ).all()
     for entry_pk, relevance in rows:
         query_id, passage_id = pool.keys[entry_pk]
         result.setdefault(query_id, {}).setdefault(passage_id, []).append(relevance)
@@ -177,7 +177,7 @@ def load_answers(
         _in_collection(
             select(Grade.pool_entry_pk, Grade.item_id, Grade.extracted_answer, Grade.raw_answer), Grade.pool_entry_pk, pool
         ).where(Grade.grader_pk == grader.id)
-    ).tuples()
+    ).all()
     for entry_pk, item_id, extracted, raw in rows:
         answer = extracted if extracted is not None else raw
         if answer is None:
@@ -190,7 +190,7 @@ def load_answers(
 def load_texts(session: Session, collection: Collection) -> dict[str, str]:
     rows = session.execute(
         select(Passage.passage_id, Passage.text).where(Passage.collection_id == collection.id)
-    ).tuples()
+    ).all()
     return {pid: text or "" for pid, text in rows}
 
 
@@ -204,7 +204,7 @@ def load_bank(session: Session, version: RubricVersion | None) -> dict[str, list
         .join(Query, Query.id == BankItem.query_pk)
         .where(RubricVersionItem.version_pk == version.id)
         .order_by(RubricVersionItem.position)
-    ).tuples()
+    ).all()
     result: dict[str, list[BankEntry]] = {}
     for query_id, item_id, text in rows:
         result.setdefault(query_id, []).append(BankEntry(item_id, text))

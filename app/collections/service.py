@@ -80,7 +80,7 @@ class CollectionWriter:
         self.query_pks: dict[str, int] = {r.query_id: r.id for r in rows}
         self._next_query_position = max((r.position for r in rows), default=-1) + 1
         self.system_pks: dict[str, int] = dict(
-            session.execute(select(System.name, System.id).where(System.collection_id == collection.id)).tuples().all()
+            session.execute(select(System.name, System.id).where(System.collection_id == collection.id)).all()
         )
 
     # -- queries ---------------------------------------------------------------------------
@@ -156,7 +156,7 @@ class CollectionWriter:
         stored = dict(
             self.session.execute(
                 select(PoolEntry.passage_pk, PoolEntry.id).where(PoolEntry.query_pk == query_pk)
-            ).tuples().all()
+            ).all()
         )
         missing = [pk for pk in dict.fromkeys(passage_pks) if pk not in stored]
         if missing:
@@ -169,7 +169,7 @@ class CollectionWriter:
             stored = dict(
                 self.session.execute(
                     select(PoolEntry.passage_pk, PoolEntry.id).where(PoolEntry.query_pk == query_pk)
-                ).tuples().all()
+                ).all()
             )
         return stored
 
@@ -384,7 +384,7 @@ def official_leaderboard(session: Session, collection: Collection) -> dict[str, 
     """system → official rank, as imported."""
     rows = session.execute(
         select(OfficialRank.system_name, OfficialRank.rank).where(OfficialRank.collection_id == collection.id)
-    ).tuples().all()
+    ).all()
     return dict(rows)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -67,7 +68,9 @@ def rank_correlation(scores: Mapping[str, float], official: Mapping[str, float])
     ranks = predicted_ranks([scores[s] for s in systems])
     if len(systems) < 2:
         return Correlation(math.nan, math.nan, math.nan, len(systems))
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with warnings.catch_warnings():
+        # A constant leaderboard has no rank correlation: NaN is the documented answer.
+        warnings.simplefilter("ignore", stats.ConstantInputWarning)
         spearman = float(stats.spearmanr(official_ranks, ranks)[0])
         kendall = float(stats.kendalltau(official_ranks, ranks)[0])
     return Correlation(

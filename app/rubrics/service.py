@@ -175,9 +175,9 @@ def _new_version_if_changed(
         item = session.get_one(BankItem, pk)
         if (item.kind, item.query_pk) not in replaced:
             kept.append(pk)
-    position_of_query = dict(session.execute(select(Query.id, Query.position)).tuples().all())
-    kind_of = dict(session.execute(select(BankItem.id, BankItem.kind).where(BankItem.id.in_(kept + item_pks))).tuples().all())
-    query_of = dict(session.execute(select(BankItem.id, BankItem.query_pk).where(BankItem.id.in_(kept + item_pks))).tuples().all())
+    position_of_query = dict(session.execute(select(Query.id, Query.position)).all())
+    kind_of = dict(session.execute(select(BankItem.id, BankItem.kind).where(BankItem.id.in_(kept + item_pks))).all())
+    query_of = dict(session.execute(select(BankItem.id, BankItem.query_pk).where(BankItem.id.in_(kept + item_pks))).all())
     merged = list(dict.fromkeys(kept + item_pks))
     ordered = sorted(
         enumerate(merged), key=lambda pair: (position_of_query[query_of[pair[1]]], kind_of[pair[1]] != "question", pair[0])

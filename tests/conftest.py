@@ -1,0 +1,180 @@
+"""Fixtures: real SQLite and PostgreSQL databases built by ``alembic upgrade head``, and the shared data."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.orm import Session
+
+from app.config import get_settings
+from app.db import engine_for, make_engine, session_factory
+from app.migrate import upgrade
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED_DATA = REPO.parent / "shared" / "data"
+DL19_DEV = SHARED_DATA / "dl19-dev"
+TEST_DATA = Path(__file__).resolve().parent / "data"
+
+
+@pytest.fixture(scope="session")
+def dl19_dev() -> Path:
+    """The shared DL19 dev files; tests that need them skip with a message when they are absent."""
+    if not (DL19_DEV / "passages-graded.jsonl.gz").is_file():
+        pytest.skip(f"shared data not found at {DL19_DEV} (tests that need the DL19 dev data are skipped)")
+    return DL19_DEV
+
+
+# -- PostgreSQL: a throwaway cluster started by the fixture ------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _postgres_bin() -> Path | None:
+    candidates = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"), reverse=True)
+    return candidates[0].parent if candidates else None
+
+
+def _as_postgres(args: list[str]) -> list[str]:
+    # initdb and postgres refuse to run as root; Debian's package creates the postgres user.
+    return ["runuser", "-u", "postgres", "--", *args] if os.geteuid() == 0 else args
+
+
+@dataclass
+class PostgresServer:
+    url_base: str
+    data_dir: Path
+    bindir: Path
+
+    def stop(self) -> None:
+        subprocess.run(
+            _as_postgres([str(self.bindir / "pg_ctl"), "-D", str(self.data_dir), "-m", "immediate", "stop"]),
+            capture_output=True, check=False,
+        )
+        shutil.rmtree(self.data_dir.parent, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer | None]:
+    bindir = _postgres_bin()
+    if bindir is None:
+        if os.environ.get("RUBRIC_REQUIRE_POSTGRES") == "1":
+            pytest.fail("PostgreSQL is required (RUBRIC_REQUIRE_POSTGRES=1) but no server binaries were found")
+        yield None
+        return
+    root = Path(tempfile.mkdtemp(prefix="rubric-pg-"))
+    data_dir = root / "data"
+    if os.geteuid() == 0:
+        shutil.chown(root, "postgres", "postgres")
+    port = _free_port()
+    subprocess.run(
+        _as_postgres([str(bindir / "initdb"), "-D", str(data_dir), "-A", "trust", "-U", "rubric", "-E", "UTF8"]),
+        check=True, capture_output=True,
+    )
+    options = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off"
+    subprocess.run(
+        _as_postgres([str(bindir / "pg_ctl"), "-D", str(data_dir), "-o", options, "-l", str(root / "log"), "-w", "start"]),
+        check=True, capture_output=True,
+    )
+    server = PostgresServer(f"postgresql+psycopg://rubric@127.0.0.1:{port}", data_dir, bindir)
+    yield server
+    server.stop()
+
+
+# -- databases -------------------------------------------------------------------------------
+
+
+@dataclass
+class Database:
+    url: str
+    engine: Engine
+    backend: str
+
+    def session(self) -> Session:
+        return session_factory(self.engine)()
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("template") / "template.sqlite"
+    upgrade(f"sqlite:///{path}")
+    return path
+
+
+@pytest.fixture(scope="session")
+def postgres_template(postgres_server: PostgresServer | None) -> str | None:
+    if postgres_server is None:
+        return None
+    admin = create_engine(f"{postgres_server.url_base}/postgres", isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text("CREATE DATABASE rubric_template"))
+    admin.dispose()
+    upgrade(f"{postgres_server.url_base}/rubric_template")
+    engine_for.cache_clear()
+    return "rubric_template"
+
+
+def _postgres_database(server: PostgresServer, template: str) -> str:
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(f"{server.url_base}/postgres", isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f"CREATE DATABASE {name} TEMPLATE {template}"))
+    admin.dispose()
+    return f"{server.url_base}/{name}"
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def database(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    sqlite_template: Path,
+    postgres_server: PostgresServer | None,
+    postgres_template: str | None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Database]:
+    """A fresh, migrated database on each backend; RUBRIC_DATABASE_URL points at it for the CLI."""
+    if request.param == "sqlite":
+        path = tmp_path / "rubric.sqlite"
+        shutil.copy(sqlite_template, path)
+        url = f"sqlite:///{path}"
+    else:
+        if postgres_server is None or postgres_template is None:
+            pytest.skip("PostgreSQL server binaries not installed (set RUBRIC_REQUIRE_POSTGRES=1 to make this fail)")
+        url = _postgres_database(postgres_server, postgres_template)
+    monkeypatch.setenv("RUBRIC_DATABASE_URL", url)
+    get_settings.cache_clear()
+    engine = make_engine(url)
+    yield Database(url, engine, request.param)
+    engine.dispose()
+    engine_for(url).dispose()
+    engine_for.cache_clear()
+    get_settings.cache_clear()
+
+
+@pytest.fixture
+def sqlite_db(tmp_path: Path, sqlite_template: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Database]:
+    """A fresh SQLite database only (for tests whose behaviour does not depend on the backend)."""
+    path = tmp_path / "rubric.sqlite"
+    shutil.copy(sqlite_template, path)
+    url = f"sqlite:///{path}"
+    monkeypatch.setenv("RUBRIC_DATABASE_URL", url)
+    get_settings.cache_clear()
+    engine = make_engine(url)
+    yield Database(url, engine, "sqlite")
+    engine.dispose()
+    engine_for(url).dispose()
+    engine_for.cache_clear()
+    get_settings.cache_clear()

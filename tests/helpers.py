@@ -1,0 +1,34 @@
+"""Small shared helpers for the tests."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from typer.testing import CliRunner
+
+from app.cli import app
+
+runner = CliRunner()
+
+
+def cli(*args: str, expect: int = 0) -> str:
+    """Run ``rubric ARGS`` in-process; assert the exit code; return stdout."""
+    result = runner.invoke(app, [str(a) for a in args])
+    assert result.exit_code == expect, f"exit {result.exit_code}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    return result.stdout if expect == 0 else result.stderr
+
+
+def interchange_records(path: Path) -> Iterator[Any]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as handle:
+        for line in handle:
+            yield json.loads(line)
+
+
+def write_jsonl(path: Path, records: list[Any]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return path
