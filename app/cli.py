@@ -18,14 +18,23 @@ from app.collections.queries import GraderSelectionError
 from app.evaluation.correlation import MissingSystemsError
 from app.evaluation.formatting import TableFormat, render_tables
 
-app = typer.Typer(help="Rubric Workbench: evaluate search and RAG systems with LLM-graded rubrics.", no_args_is_help=True)
+app = typer.Typer(
+    help="Rubric Workbench: evaluate search and RAG systems with LLM-graded rubrics.", no_args_is_help=True
+)
 db_app = typer.Typer(help="Database maintenance.", no_args_is_help=True)
 export_app = typer.Typer(help="Export collections, qrels and runs.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 app.add_typer(export_app, name="export")
 
 err = Console(stderr=True)
-USER_ERRORS = (ImportFormatError, CollectionNotFound, GraderSelectionError, MissingSystemsError, LookupError, ValueError)
+USER_ERRORS = (
+    ImportFormatError,
+    CollectionNotFound,
+    GraderSelectionError,
+    MissingSystemsError,
+    LookupError,
+    ValueError,
+)
 
 CollectionArg = Annotated[str, typer.Argument(help="Collection name.")]
 ModelOpt = Annotated[str | None, typer.Option("--model", help="Grader model (GradeFilter llm).")]
@@ -52,8 +61,12 @@ def _progress(description: str) -> Iterator[Callable[[int], None]]:
         yield lambda _n: None
         return
     with Progress(
-        TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed} done"), TimeElapsedColumn(),
-        console=err, transient=True,
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed} done"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
     ) as progress:
         task = progress.add_task(description, total=None)
         yield lambda n: progress.advance(task, n)
@@ -94,12 +107,16 @@ def _run_files(paths: list[Path]) -> list[Path]:
 @app.command("import")
 def import_command(
     collection: CollectionArg,
-    passages: Annotated[list[Path] | None, typer.Option("--passages", help="Interchange file(s) (.jsonl[.gz]).")] = None,
+    passages: Annotated[
+        list[Path] | None, typer.Option("--passages", help="Interchange file(s) (.jsonl[.gz]).")
+    ] = None,
     queries: Annotated[Path | None, typer.Option("--queries", help="Queries: JSON {qid: text} or TSV.")] = None,
     bank: Annotated[list[Path] | None, typer.Option("--bank", help="Test bank file(s); repeatable.")] = None,
     runs: Annotated[list[Path] | None, typer.Option("--runs", help="TREC run file or directory; repeatable.")] = None,
     qrels: Annotated[Path | None, typer.Option("--qrels", help="TREC qrels file.")] = None,
-    official: Annotated[Path | None, typer.Option("--official", help="Official leaderboard JSON {system: rank}.")] = None,
+    official: Annotated[
+        Path | None, typer.Option("--official", help="Official leaderboard JSON {system: rank}.")
+    ] = None,
 ) -> None:
     """Import files into a collection, all in one transaction: any error leaves the database unchanged."""
     from app.collections import service
@@ -131,19 +148,31 @@ def import_command(
 @app.command("leaderboard")
 def leaderboard_command(
     collection: CollectionArg,
-    measure: Annotated[str, typer.Option("--measure", help="cover, n-cover, or a trec_eval measure (P@20, NDCG@10, MAP, RR…).")],
-    min_rating: Annotated[int | None, typer.Option("--min-rating", help="Relevance threshold τ (trec_eval -l; Cover threshold).")] = None,
+    measure: Annotated[
+        str, typer.Option("--measure", help="cover, n-cover, or a trec_eval measure (P@20, NDCG@10, MAP, RR…).")
+    ],
+    min_rating: Annotated[
+        int | None, typer.Option("--min-rating", help="Relevance threshold τ (trec_eval -l; Cover threshold).")
+    ] = None,
     top_k: Annotated[int, typer.Option("--top-k", help="Cover's rank cut-off (inclusive, raw rank).")] = 20,
     label: Annotated[str, typer.Option("--label", help="Qrels label: max, min-answers:M or count.")] = "max",
     model: ModelOpt = None,
     prompt_class: PromptClassOpt = None,
-    rubric_version: Annotated[int | None, typer.Option("--rubric-version", help="Only count items of this version.")] = None,
-    official: Annotated[Path | None, typer.Option("--official", help="Official leaderboard JSON (default: imported one).")] = None,
+    rubric_version: Annotated[
+        int | None, typer.Option("--rubric-version", help="Only count items of this version.")
+    ] = None,
+    official: Annotated[
+        Path | None, typer.Option("--official", help="Official leaderboard JSON (default: imported one).")
+    ] = None,
     fmt: FormatOpt = "tsv",
-    reference_rounding: Annotated[bool, typer.Option("--reference-rounding", help="trec_eval's 4 decimals, then 3.")] = False,
+    reference_rounding: Annotated[
+        bool, typer.Option("--reference-rounding", help="trec_eval's 4 decimals, then 3.")
+    ] = False,
     bootstrap: Annotated[int | None, typer.Option("--bootstrap", help="Bootstrap resamples for the CIs.")] = None,
     seed: Annotated[int | None, typer.Option("--seed", help="Bootstrap seed.")] = None,
-    per_query_correlation: Annotated[bool, typer.Option("--per-query-correlation", help="Correlate per query against the manual judgments.")] = False,
+    per_query_correlation: Annotated[
+        bool, typer.Option("--per-query-correlation", help="Correlate per query against the manual judgments.")
+    ] = False,
 ) -> None:
     """Score every system and correlate with the official leaderboard."""
     from app.collections.readers import read_official
@@ -154,8 +183,14 @@ def leaderboard_command(
     settings = get_settings()
     output = _format(fmt)
     request = service.LeaderboardRequest(
-        measure=measure, min_rating=min_rating, top_k=top_k, label=label, model=model, prompt_class=prompt_class,
-        rubric_version=rubric_version, reference_rounding=reference_rounding,
+        measure=measure,
+        min_rating=min_rating,
+        top_k=top_k,
+        label=label,
+        model=model,
+        prompt_class=prompt_class,
+        rubric_version=rubric_version,
+        reference_rounding=reference_rounding,
         bootstrap_samples=bootstrap if bootstrap is not None else settings.bootstrap_samples,
         bootstrap_seed=seed if seed is not None else settings.bootstrap_seed,
         per_query_correlation=per_query_correlation,
@@ -239,7 +274,9 @@ def export_runs(
 @app.command("agreement")
 def agreement_command(
     collection: CollectionArg,
-    min_answers: Annotated[list[int] | None, typer.Option("--min-answers", help="Repeatable; default 1, 2 and 5.")] = None,
+    min_answers: Annotated[
+        list[int] | None, typer.Option("--min-answers", help="Repeatable; default 1, 2 and 5.")
+    ] = None,
     min_judgment: Annotated[int, typer.Option("--min-judgment", help="Lowest relevant judgment (2 for TREC DL).")] = 1,
     model: ModelOpt = None,
     prompt_class: PromptClassOpt = None,
@@ -252,8 +289,12 @@ def agreement_command(
     output = _format(fmt)
     with _user_errors(), _session() as session:
         tables = service.agreement_tables(
-            session, get_collection(session, collection), min_answers=min_answers or list(service.MIN_ANSWERS_DEFAULT),
-            min_judgment=min_judgment, model=model, prompt_class=prompt_class,
+            session,
+            get_collection(session, collection),
+            min_answers=min_answers or list(service.MIN_ANSWERS_DEFAULT),
+            min_judgment=min_judgment,
+            model=model,
+            prompt_class=prompt_class,
         )
     if output == "json":
         typer.echo(json.dumps(service.agreement_json(tables), indent=1))
@@ -269,7 +310,9 @@ def verify_command(
     min_judgment: Annotated[int, typer.Option("--min-judgment", help="Lowest relevant judgment J.")] = 1,
     model: ModelOpt = None,
     prompt_class: PromptClassOpt = None,
-    answer_prompt_class: Annotated[str | None, typer.Option("--answer-prompt-class", help="Grader whose answers to show.")] = None,
+    answer_prompt_class: Annotated[
+        str | None, typer.Option("--answer-prompt-class", help="Grader whose answers to show.")
+    ] = None,
     limit: Annotated[int, typer.Option("--limit", help="bad-questions: items per query.")] = 20,
     fmt: FormatOpt = "tsv",
 ) -> None:
@@ -284,10 +327,15 @@ def verify_command(
         if analysis == "grading":
             tables = [service.verify_grading_table(session, target, answer_prompt_class=answer_prompt_class, **common)]
         elif analysis == "bad-questions":
-            tables = [service.bad_questions_table(
-                session, target, min_judgment=min_judgment, min_rating=min_rating, limit=limit, **common)]
+            tables = [
+                service.bad_questions_table(
+                    session, target, min_judgment=min_judgment, min_rating=min_rating, limit=limit, **common
+                )
+            ]
         elif analysis == "uncovered":
-            tables = [service.uncovered_table(session, target, min_judgment=min_judgment, min_rating=min_rating, **common)]
+            tables = [
+                service.uncovered_table(session, target, min_judgment=min_judgment, min_rating=min_rating, **common)
+            ]
         elif analysis == "grid":
             tables = service.grid_tables(session, target, answer_prompt_class=answer_prompt_class, **common)
         else:

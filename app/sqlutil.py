@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from sqlalchemy import Table
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -19,7 +18,7 @@ def chunks(items: Sequence[Any], size: int = CHUNK) -> Iterator[Sequence[Any]]:
 
 def upsert(
     session: Session,
-    table: Table,
+    model: type[Any],
     rows: list[dict[str, Any]],
     *,
     keys: Sequence[str],
@@ -30,7 +29,7 @@ def upsert(
         return
     dialect = session.get_bind().dialect.name
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    statement = insert(table)
+    statement = insert(model)
     if update:
         statement = statement.on_conflict_do_update(
             index_elements=list(keys), set_={column: statement.excluded[column] for column in update}

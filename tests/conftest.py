@@ -62,7 +62,8 @@ class PostgresServer:
     def stop(self) -> None:
         subprocess.run(
             _as_postgres([str(self.bindir / "pg_ctl"), "-D", str(self.data_dir), "-m", "immediate", "stop"]),
-            capture_output=True, check=False,
+            capture_output=True,
+            check=False,
         )
         shutil.rmtree(self.data_dir.parent, ignore_errors=True)
 
@@ -82,12 +83,16 @@ def postgres_server() -> Iterator[PostgresServer | None]:
     port = _free_port()
     subprocess.run(
         _as_postgres([str(bindir / "initdb"), "-D", str(data_dir), "-A", "trust", "-U", "rubric", "-E", "UTF8"]),
-        check=True, capture_output=True,
+        check=True,
+        capture_output=True,
     )
     options = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off"
     subprocess.run(
-        _as_postgres([str(bindir / "pg_ctl"), "-D", str(data_dir), "-o", options, "-l", str(root / "log"), "-w", "start"]),
-        check=True, capture_output=True,
+        _as_postgres(
+            [str(bindir / "pg_ctl"), "-D", str(data_dir), "-o", options, "-l", str(root / "log"), "-w", "start"]
+        ),
+        check=True,
+        capture_output=True,
     )
     server = PostgresServer(f"postgresql+psycopg://rubric@127.0.0.1:{port}", data_dir, bindir)
     yield server

@@ -9,7 +9,18 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from app.models import BankItem, Grade, Judgment, OfficialRank, Passage, PoolEntry, Query, RankingEntry, RubricVersion, System
+from app.models import (
+    BankItem,
+    Grade,
+    Judgment,
+    OfficialRank,
+    Passage,
+    PoolEntry,
+    Query,
+    RankingEntry,
+    RubricVersion,
+    System,
+)
 from tests.conftest import TEST_DATA, Database
 from tests.helpers import cli, interchange_records, write_jsonl
 
@@ -34,10 +45,14 @@ def grade_snapshot(db: Database) -> list[tuple]:
 
 def import_dev(dl19_dev: Path, *extra: str) -> None:
     cli(
-        "import", "dl19",
-        "--queries", dl19_dev / "queries.json",
-        "--passages", dl19_dev / "passages-graded.jsonl.gz",
-        "--bank", dl19_dev / "questions.jsonl.gz",
+        "import",
+        "dl19",
+        "--queries",
+        dl19_dev / "queries.json",
+        "--passages",
+        dl19_dev / "passages-graded.jsonl.gz",
+        "--bank",
+        dl19_dev / "questions.jsonl.gz",
         *extra,
     )
 
@@ -46,8 +61,16 @@ def test_import_counts_and_idempotency(database: Database, dl19_dev: Path) -> No
     import_dev(dl19_dev, "--official", TEST_DATA / "dl19_paper_official_ranks.json")
     counts = table_counts(database)
     assert counts == {
-        "query": 10, "passage": 2187, "pool_entry": 2187, "system": 37, "ranking_entry": 6681,
-        "judgment": 2187, "grade": 21870, "bank_item": 100, "rubric_version": 1, "official_rank": 33,
+        "query": 10,
+        "passage": 2187,
+        "pool_entry": 2187,
+        "system": 37,
+        "ranking_entry": 6681,
+        "judgment": 2187,
+        "grade": 21870,
+        "bank_item": 100,
+        "rubric_version": 1,
+        "official_rank": 33,
     }
     before = grade_snapshot(database)
     import_dev(dl19_dev, "--official", TEST_DATA / "dl19_paper_official_ranks.json")
@@ -103,7 +126,9 @@ def test_truncated_gzip(database: Database, dl19_dev: Path, tmp_path: Path) -> N
     data = (dl19_dev / "passages-graded.jsonl.gz").read_bytes()
     broken = tmp_path / "broken.jsonl.gz"
     broken.write_bytes(data[: len(data) // 2])
-    _error_keeps_database(database, ["import", "dl19", "--passages", str(broken)], "broken.jsonl.gz", "line", "truncated")
+    _error_keeps_database(
+        database, ["import", "dl19", "--passages", str(broken)], "broken.jsonl.gz", "line", "truncated"
+    )
 
 
 def test_wrong_type_names_file_line_and_field(database: Database, dl19_dev: Path, tmp_path: Path) -> None:
@@ -120,7 +145,9 @@ def test_duplicate_ids(database: Database, tmp_path: Path) -> None:
     cli("import", "x", "--queries", write_queries(tmp_path))
     paragraph = {"paragraph_id": "p1", "text": "t", "paragraph_data": {"judgments": [], "rankings": []}}
     bad = write_jsonl(tmp_path / "dup.jsonl", [["q1", [paragraph, paragraph]]])
-    _error_keeps_database(database, ["import", "x", "--passages", str(bad)], "dup.jsonl, line 1", "duplicate paragraph id 'p1'")
+    _error_keeps_database(
+        database, ["import", "x", "--passages", str(bad)], "dup.jsonl, line 1", "duplicate paragraph id 'p1'"
+    )
     run = tmp_path / "dup.run"
     run.write_text("q1 Q0 d1 1 2.0 r\nq1 Q0 d1 2 1.0 r\n")
     _error_keeps_database(database, ["import", "x", "--runs", str(run)], "dup.run, line 2", "docno")
@@ -154,8 +181,10 @@ def test_empty_file_and_a_later_error_roll_back_everything(database: Database, t
     bad_qrels = tmp_path / "bad.qrels"
     bad_qrels.write_text("q1 0 d1 2\nq1 0 d2 high\n")
     _error_keeps_database(
-        database, ["import", "y", "--queries", str(write_queries(tmp_path)), "--qrels", str(bad_qrels)],
-        "bad.qrels, line 2", "rel",
+        database,
+        ["import", "y", "--queries", str(write_queries(tmp_path)), "--qrels", str(bad_qrels)],
+        "bad.qrels, line 2",
+        "rel",
     )
 
 
@@ -165,8 +194,10 @@ def test_changed_passage_text_is_refused(database: Database, tmp_path: Path) -> 
     cli("import", "x", "--passages", write_jsonl(tmp_path / "a.jsonl", [["q1", [first]]]))
     changed = dict(first, text="two")
     _error_keeps_database(
-        database, ["import", "x", "--passages", str(write_jsonl(tmp_path / "b.jsonl", [["q2", [changed]]]))],
-        "b.jsonl", "different text",
+        database,
+        ["import", "x", "--passages", str(write_jsonl(tmp_path / "b.jsonl", [["q2", [changed]]]))],
+        "b.jsonl",
+        "different text",
     )
 
 
@@ -174,7 +205,9 @@ def test_changed_passage_text_is_refused(database: Database, tmp_path: Path) -> 
 def test_bank_formats_and_versions(sqlite_db: Database, dl19_dev: Path, tmp_path: Path, fmt: str) -> None:
     cli("import", "dl20", "--bank", dl19_dev.parent / "dl20-questions.jsonl.gz")
     nuggets = {
-        "query_id": "940547", "test_collection": "t", "query_text": "when did rock n roll begin?",
+        "query_id": "940547",
+        "test_collection": "t",
+        "query_text": "when did rock n roll begin?",
         "items": [{"query_id": "940547", "nugget_id": "940547/n1", "nugget_text": "Early 1950s"}],
     }
     cli("import", "dl20", "--bank", write_jsonl(tmp_path / "nuggets.jsonl", [nuggets]))

@@ -15,8 +15,13 @@ MIN_ANSWERS_DEFAULT = (1, 2, 5)
 
 
 def agreement_tables(
-    session: Session, collection: Collection, *, min_answers: list[int], min_judgment: int,
-    model: str | None = None, prompt_class: str | None = None,
+    session: Session,
+    collection: Collection,
+    *,
+    min_answers: list[int],
+    min_judgment: int,
+    model: str | None = None,
+    prompt_class: str | None = None,
 ) -> list[AgreementTable]:
     """GRADED/MERGE/LENIENT/STRICT (self-rated) or BINARY/GRADED (boolean) tables per min-answers."""
     grader = queries.select_grader(session, collection, model=model, prompt_class=prompt_class)

@@ -106,7 +106,9 @@ def _rankings(session: Session, entry_pks: list[int]) -> dict[int, list[RankingE
     rows = session.scalars(
         select(RankingEntry)
         .where(RankingEntry.pool_entry_pk.in_(entry_pks))
-        .order_by(RankingEntry.pool_entry_pk, RankingEntry.position.is_(None), RankingEntry.position, RankingEntry.system_pk)
+        .order_by(
+            RankingEntry.pool_entry_pk, RankingEntry.position.is_(None), RankingEntry.position, RankingEntry.system_pk
+        )
     )
     result: dict[int, list[RankingEntry]] = defaultdict(list)
     for row in rows:
@@ -126,7 +128,9 @@ def _judgments(session: Session, entry_pks: list[int]) -> dict[int, list[Judgmen
 
 def _grades(session: Session, entry_pks: list[int]) -> dict[int, list[Grade]]:
     rows = session.scalars(
-        select(Grade).where(Grade.pool_entry_pk.in_(entry_pks)).order_by(Grade.pool_entry_pk, Grade.grader_pk, Grade.position)
+        select(Grade)
+        .where(Grade.pool_entry_pk.in_(entry_pks))
+        .order_by(Grade.pool_entry_pk, Grade.grader_pk, Grade.position)
     )
     result: dict[int, list[Grade]] = defaultdict(list)
     for row in rows:

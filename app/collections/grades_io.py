@@ -27,8 +27,14 @@ def canonical_hash(value: Any) -> str:
 
 
 def ensure_grader(
-    session: Session, *, model: str, prompt_class: str, template_hash: str, prompt_type: str,
-    is_self_rated: bool, options: dict[str, Any],
+    session: Session,
+    *,
+    model: str,
+    prompt_class: str,
+    template_hash: str,
+    prompt_type: str,
+    is_self_rated: bool,
+    options: dict[str, Any],
 ) -> int:
     """Primary key of the grader configuration, created on first use."""
     cache: dict[tuple[str, str, str], int] = session.info.setdefault("grader_pks", {})
@@ -42,8 +48,12 @@ def ensure_grader(
     )
     if pk is None:
         grader = Grader(
-            model=model, prompt_class=prompt_class, template_hash=template_hash,
-            prompt_type=prompt_type, is_self_rated=is_self_rated, options=options,
+            model=model,
+            prompt_class=prompt_class,
+            template_hash=template_hash,
+            prompt_type=prompt_type,
+            is_self_rated=is_self_rated,
+            options=options,
         )
         session.add(grader)
         session.flush()
@@ -143,7 +153,7 @@ def write_paragraph_grades(
     keys = [(r["grader_pk"], r["item_id"]) for r in rows]
     if len(set(keys)) != len(keys):
         raise ImportFormatError(file, line, f"paragraphs[{index}].exam_grades", "two grade entries of one grader")
-    upsert(session, Grade.__table__, rows, keys=("grader_pk", "pool_entry_pk", "item_id"), update=GRADE_FIELDS)
+    upsert(session, Grade, rows, keys=("grader_pk", "pool_entry_pk", "item_id"), update=GRADE_FIELDS)
     report.add("grades", len(rows))
 
 

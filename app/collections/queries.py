@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
@@ -26,6 +26,8 @@ from app.models import (
     System,
 )
 
+AnySelect = TypeVar("AnySelect", bound="Select[*tuple[Any, ...]]")
+
 
 class GraderSelectionError(LookupError):
     """No grader, or more than one, matches the requested model and prompt class."""
@@ -37,20 +39,29 @@ def describe_grader(grader: Grader) -> str:
 
 def graders_of(session: Session, collection: Collection) -> list[Grader]:
     """Grader configurations that have grades in the collection."""
-    pks = select(Grade.grader_pk).join(PoolEntry, PoolEntry.id == Grade.pool_entry_pk).join(
-        Query, Query.id == PoolEntry.query_pk
-    ).where(Query.collection_id == collection.id).distinct()
+    pks = (
+        select(Grade.grader_pk)
+        .join(PoolEntry, PoolEntry.id == Grade.pool_entry_pk)
+        .join(Query, Query.id == PoolEntry.query_pk)
+        .where(Query.collection_id == collection.id)
+        .distinct()
+    )
     return list(session.scalars(select(Grader).where(Grader.id.in_(pks)).order_by(Grader.id)))
 
 
 def select_grader(
-    session: Session, collection: Collection, *, model: str | None, prompt_class: str | None,
+    session: Session,
+    collection: Collection,
+    *,
+    model: str | None,
+    prompt_class: str | None,
     prompt_type: str | None = None,
 ) -> Grader:
     """The one grader with grades in the collection that matches the filters (GradeFilter)."""
     available = graders_of(session, collection)
     matching = [
-        g for g in available
+        g
+        for g in available
         if (model is None or g.model == model)
         and (prompt_class is None or g.prompt_class == prompt_class)
         and (prompt_type is None or g.prompt_type == prompt_type)
@@ -73,7 +84,7 @@ class PoolKeys:
     keys: dict[int, tuple[str, str]]
 
 
-def _in_collection(statement: Select[Any], entry_column: Any, pool: PoolKeys) -> Select[Any]:
+def _in_collection(statement: AnySelect, entry_column: Any, pool: PoolKeys) -> AnySelect:
     return (
         statement.join(PoolEntry, PoolEntry.id == entry_column)
         .join(Query, Query.id == PoolEntry.query_pk)
@@ -159,8 +170,9 @@ def load_judgments(session: Session, pool: PoolKeys) -> Judgments:
     """query → passage → judgments (in stored order)."""
     result: dict[str, dict[str, list[int]]] = {}
     rows = session.execute(
-        _in_collection(select(Judgment.pool_entry_pk, Judgment.relevance), Judgment.pool_entry_pk, pool)
-        .order_by(Judgment.pool_entry_pk, Judgment.ordinal)
+        _in_collection(select(Judgment.pool_entry_pk, Judgment.relevance), Judgment.pool_entry_pk, pool).order_by(
+            Judgment.pool_entry_pk, Judgment.ordinal
+        )
     ).all()
     for entry_pk, relevance in rows:
         query_id, passage_id = pool.keys[entry_pk]
@@ -168,14 +180,14 @@ def load_judgments(session: Session, pool: PoolKeys) -> Judgments:
     return result
 
 
-def load_answers(
-    session: Session, pool: PoolKeys, grader: Grader
-) -> dict[str, dict[str, dict[str, list[str]]]]:
+def load_answers(session: Session, pool: PoolKeys, grader: Grader) -> dict[str, dict[str, dict[str, list[str]]]]:
     """query → passage → item → answers (extracted answer if stored, else the raw answer)."""
     result: dict[str, dict[str, dict[str, list[str]]]] = {}
     rows = session.execute(
         _in_collection(
-            select(Grade.pool_entry_pk, Grade.item_id, Grade.extracted_answer, Grade.raw_answer), Grade.pool_entry_pk, pool
+            select(Grade.pool_entry_pk, Grade.item_id, Grade.extracted_answer, Grade.raw_answer),
+            Grade.pool_entry_pk,
+            pool,
         ).where(Grade.grader_pk == grader.id)
     ).all()
     for entry_pk, item_id, extracted, raw in rows:
@@ -188,9 +200,7 @@ def load_answers(
 
 
 def load_texts(session: Session, collection: Collection) -> dict[str, str]:
-    rows = session.execute(
-        select(Passage.passage_id, Passage.text).where(Passage.collection_id == collection.id)
-    ).all()
+    rows = session.execute(select(Passage.passage_id, Passage.text).where(Passage.collection_id == collection.id)).all()
     return {pid: text or "" for pid, text in rows}
 
 

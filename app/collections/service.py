@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import delete, select, tuple_, update
+from sqlalchemy import delete, insert, select, tuple_, update
 from sqlalchemy.orm import Session
 
 from app.collections import grades_io
@@ -99,9 +99,7 @@ class CollectionWriter:
             self.query_pks[query_id] = pk = query.id
             self.report.add("queries", 1)
         elif text:
-            result = self.session.execute(
-                update(Query).where(Query.id == pk, Query.text == "").values(text=text)
-            )
+            result = self.session.execute(update(Query).where(Query.id == pk, Query.text == "").values(text=text))
             self.report.add("queries", result.rowcount)  # type: ignore[attr-defined]
         return pk
 
@@ -135,34 +133,35 @@ class CollectionWriter:
                 continue
             if stored is not None:
                 raise ImportFormatError(
-                    file, lines.get(passage_id), "text", f"passage {passage_id!r} is already stored with a different text"
+                    file,
+                    lines.get(passage_id),
+                    "text",
+                    f"passage {passage_id!r} is already stored with a different text",
                 )
             self.session.execute(update(Passage).where(Passage.id == pk).values(text=text))
             self.report.add("passages", 1)
         if new_rows:
-            self.session.execute(Passage.__table__.insert(), new_rows)
+            self.session.execute(insert(Passage), new_rows)
             self.report.add("passages", len(new_rows))
             for batch in chunks([r["passage_id"] for r in new_rows]):
-                for row in self.session.execute(
+                for passage_id, pk in self.session.execute(
                     select(Passage.passage_id, Passage.id).where(
                         Passage.collection_id == self.collection.id, Passage.passage_id.in_(batch)
                     )
                 ):
-                    existing[row.passage_id] = (row.id, None)
+                    existing[passage_id] = (pk, None)
         return {passage_id: existing[passage_id][0] for passage_id in ids}
 
     def ensure_pool(self, query_pk: int, passage_pks: list[int]) -> dict[int, int]:
         """passage pk → pool entry pk for one query; new entries go after the existing ones."""
         stored = dict(
-            self.session.execute(
-                select(PoolEntry.passage_pk, PoolEntry.id).where(PoolEntry.query_pk == query_pk)
-            ).all()
+            self.session.execute(select(PoolEntry.passage_pk, PoolEntry.id).where(PoolEntry.query_pk == query_pk)).all()
         )
         missing = [pk for pk in dict.fromkeys(passage_pks) if pk not in stored]
         if missing:
             start = len(stored)
             self.session.execute(
-                PoolEntry.__table__.insert(),
+                insert(PoolEntry),
                 [{"query_pk": query_pk, "passage_pk": pk, "position": start + i} for i, pk in enumerate(missing)],
             )
             self.report.add("pool_entries", len(missing))
@@ -186,7 +185,7 @@ class CollectionWriter:
     def write_rankings(self, rows: list[dict[str, Any]]) -> None:
         upsert(
             self.session,
-            RankingEntry.__table__,
+            RankingEntry,
             rows,
             keys=("system_pk", "pool_entry_pk"),
             update=("rank", "score", "position"),
@@ -200,7 +199,13 @@ class CollectionWriter:
             for entry, judgments in by_entry.items()
             for i, (rel, title) in enumerate(judgments)
         ]
-        upsert(self.session, Judgment.__table__, rows, keys=("pool_entry_pk", "ordinal"), update=("relevance", "title_query"))
+        upsert(
+            self.session,
+            Judgment,
+            rows,
+            keys=("pool_entry_pk", "ordinal"),
+            update=("relevance", "title_query"),
+        )
         for entry, judgments in by_entry.items():
             self.session.execute(
                 delete(Judgment).where(Judgment.pool_entry_pk == entry, Judgment.ordinal >= len(judgments))
@@ -224,9 +229,7 @@ def _write_interchange_line(writer: CollectionWriter, record: InterchangeLine, f
     query_pk = writer.ensure_query(record.query_id)
     texts: dict[str, str | None] = {p.paragraph_id: p.text for p in record.paragraphs}
     passage_pks = writer.ensure_passages(texts, file, {pid: record.line for pid in texts})
-    markup = [
-        {"id": passage_pks[p.paragraph_id], "markup": p.paragraph} for p in record.paragraphs
-    ]
+    markup = [{"id": passage_pks[p.paragraph_id], "markup": p.paragraph} for p in record.paragraphs]
     writer.session.execute(update(Passage), markup)
     entries = writer.ensure_pool(query_pk, [passage_pks[p.paragraph_id] for p in record.paragraphs])
     rankings: list[dict[str, Any]] = []
@@ -235,7 +238,11 @@ def _write_interchange_line(writer: CollectionWriter, record: InterchangeLine, f
         entry = entries[passage_pks[paragraph.paragraph_id]]
         data = paragraph.paragraph_data
         _check_unique(
-            (r.method for r in data.rankings), file, record.line, f"paragraphs[{index}].paragraph_data.rankings", "method"
+            (r.method for r in data.rankings),
+            file,
+            record.line,
+            f"paragraphs[{index}].paragraph_data.rankings",
+            "method",
         )
         for position, ranking in enumerate(data.rankings):
             rankings.append(
@@ -286,9 +293,7 @@ def import_queries(session: Session, collection: Collection, path: Path) -> Impo
     return writer.report
 
 
-def import_run(
-    session: Session, collection: Collection, path: Path, progress: Progress = _no_progress
-) -> ImportReport:
+def import_run(session: Session, collection: Collection, path: Path, progress: Progress = _no_progress) -> ImportReport:
     """Import one TREC run file; the system is named by the run tag (one tag per file)."""
     writer = CollectionWriter(session, collection)
     file = str(path)
@@ -299,7 +304,9 @@ def import_run(
     seen: set[tuple[str, str]] = set()
     for line in lines:
         if (line.query_id, line.passage_id) in seen:
-            raise ImportFormatError(file, line.line, "docno", f"duplicate docno {line.passage_id!r} for query {line.query_id!r}")
+            raise ImportFormatError(
+                file, line.line, "docno", f"duplicate docno {line.passage_id!r} for query {line.query_id!r}"
+            )
         seen.add((line.query_id, line.passage_id))
         writer.known_query(line.query_id, file, line.line)
     system_pk = writer.ensure_system(lines[0].tag)
@@ -341,7 +348,9 @@ def import_qrels(session: Session, collection: Collection, path: Path) -> Import
     seen: set[tuple[str, str]] = set()
     for line in lines:
         if (line.query_id, line.passage_id) in seen:
-            raise ImportFormatError(file, line.line, "docno", f"duplicate judgment of {line.passage_id!r} for query {line.query_id!r}")
+            raise ImportFormatError(
+                file, line.line, "docno", f"duplicate judgment of {line.passage_id!r} for query {line.query_id!r}"
+            )
         seen.add((line.query_id, line.passage_id))
         writer.known_query(line.query_id, file, line.line)
     first_line = {line.passage_id: line.line for line in reversed(lines)}
@@ -372,7 +381,7 @@ def import_official(session: Session, collection: Collection, path: Path) -> Imp
             )
     session.execute(delete(OfficialRank).where(OfficialRank.collection_id == collection.id))
     session.execute(
-        OfficialRank.__table__.insert(),
+        insert(OfficialRank),
         [{"collection_id": collection.id, "system_name": s, "rank": r} for _, s, r in entries],
     )
     report.add("official_ranks", len(entries))

@@ -56,9 +56,7 @@ def labelled_passages(graded: GradedPool, judgments: Judgments, rule: LabelRule)
     return result
 
 
-def confusion(
-    passages: Iterable[LabelledPassage], labels: frozenset[int], relevances: frozenset[int]
-) -> Confusion:
+def confusion(passages: Iterable[LabelledPassage], labels: frozenset[int], relevances: frozenset[int]) -> Confusion:
     """predict = label ∈ ``labels``; truth = any judgment ∈ ``relevances``."""
     tp = fp = fn = tn = 0
     for passage in passages:

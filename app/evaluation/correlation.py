@@ -17,9 +17,7 @@ class MissingSystemsError(ValueError):
 
     def __init__(self, missing: Sequence[str]) -> None:
         self.missing = list(missing)
-        super().__init__(
-            "officially ranked system(s) without a score: " + ", ".join(sorted(self.missing))
-        )
+        super().__init__("officially ranked system(s) without a score: " + ", ".join(sorted(self.missing)))
 
 
 def predicted_ranks(scores: Sequence[float]) -> np.ndarray:
@@ -98,9 +96,7 @@ def per_query_correlation(
     queries = sorted({q for per_query in reference.values() for q in per_query})
     result = {}
     for query_id in queries:
-        systems = [
-            s for s in reference if query_id in reference[s] and query_id in predicted.get(s, {})
-        ]
+        systems = [s for s in reference if query_id in reference[s] and query_id in predicted.get(s, {})]
         official = scores_to_ranks({s: reference[s][query_id] for s in systems})
         result[query_id] = rank_correlation({s: predicted[s][query_id] for s in systems}, official)
     return result

@@ -112,7 +112,7 @@ def latex_escape(text: str) -> str:
 
 def json_default(value: object) -> object:
     if isinstance(value, frozenset | set):
-        return sorted(value)  # type: ignore[type-var]
+        return sorted(value)
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 

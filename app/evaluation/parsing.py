@@ -30,9 +30,7 @@ UNANSWERABLE_EXPRESSIONS: frozenset[str] = frozenset(
 _LETTERS = ("A", "B", "C", "D", "a", "b", "c", "d", "i", "ii", "iii", "iv")
 
 LETTER_CHOICE_NON_ANSWERS: frozenset[str] = frozenset(
-    form
-    for letter in _LETTERS
-    for form in (f"{letter})", f"({letter})", f"[{letter}]", f"{letter}.", letter)
+    form for letter in _LETTERS for form in (f"{letter})", f"({letter})", f"[{letter}]", f"{letter}.", letter)
 ) | {"unanswerable"}
 
 MAX_RATING = 5

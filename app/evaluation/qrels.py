@@ -67,7 +67,5 @@ def derive_qrels(graded: GradedPool, rule: LabelRule) -> Qrels:
 def format_qrels(qrels: Qrels) -> str:
     """TREC qrels text: ``qid 0 docno grade`` per line."""
     return "".join(
-        f"{query_id} 0 {passage_id} {grade}\n"
-        for query_id, docs in qrels.items()
-        for passage_id, grade in docs.items()
+        f"{query_id} 0 {passage_id} {grade}\n" for query_id, docs in qrels.items() for passage_id, grade in docs.items()
     )

@@ -21,9 +21,7 @@ def mean_stderr(values: Sequence[float]) -> tuple[float, float]:
     return mean, statistics.stdev(values) / math.sqrt(n)
 
 
-def bootstrap_ci(
-    values: Sequence[float], *, samples: int, seed: int, confidence: float = 0.95
-) -> tuple[float, float]:
+def bootstrap_ci(values: Sequence[float], *, samples: int, seed: int, confidence: float = 0.95) -> tuple[float, float]:
     """Percentile bootstrap CI of the mean, resampling queries with replacement.
 
     CI = the (1−c)/2 and (1+c)/2 quantiles of mean(x*_b) over b = 1..B resamples x*_b of the

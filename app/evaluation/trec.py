@@ -41,12 +41,14 @@ def parse_measure(name: str, *, min_rating: int | None = None) -> ir_measures.Me
         key = match["name"].lower()
         cutoff = int(match["k"]) if match["k"] else None
         if key in _BINARY:
-            measure = _BINARY[key](rel=level)
+            measure: ir_measures.Measure = _BINARY[key](rel=level)
             return measure @ cutoff if cutoff is not None else measure
         if key in _GRADED:
-            return nDCG @ cutoff if cutoff is not None else nDCG
+            graded: ir_measures.Measure = nDCG
+            return graded @ cutoff if cutoff is not None else graded
     try:
-        return ir_measures.parse_measure(name)
+        parsed: ir_measures.Measure = ir_measures.parse_measure(name)
+        return parsed
     except (ValueError, NameError, SyntaxError) as exc:
         raise ValueError(
             f"unknown measure {name!r}: use P@k, Recall@k, MAP, NDCG@k, RR, R-prec, cover, n-cover "
@@ -61,9 +63,7 @@ def run_dict(by_query: Mapping[str, Mapping[str, RankedPassage]]) -> dict[str, d
     }
 
 
-def per_query_values(
-    qrels: Qrels, rankings: Rankings, measure: ir_measures.Measure
-) -> dict[str, dict[str, float]]:
+def per_query_values(qrels: Qrels, rankings: Rankings, measure: ir_measures.Measure) -> dict[str, dict[str, float]]:
     """system → query → value, over the queries present in both the qrels and the run (trec_eval without -c)."""
     evaluator = ir_measures.evaluator([measure], qrels)
     values: dict[str, dict[str, float]] = {}

@@ -46,7 +46,11 @@ class EvaluationData:
 
 
 def load_evaluation_data(
-    session: Session, collection: Collection, *, model: str | None, prompt_class: str | None,
+    session: Session,
+    collection: Collection,
+    *,
+    model: str | None,
+    prompt_class: str | None,
     rubric_version: int | None = None,
 ) -> EvaluationData:
     """Everything a leaderboard needs, read in a few set-based queries."""
@@ -79,7 +83,10 @@ def score_systems(data: EvaluationData, request: LeaderboardRequest) -> list[Sys
     name = request.measure.lower()
     if name in COVER_MEASURES:
         return cover_scores(
-            data.graded, data.rankings, min_rating=request.min_rating, top_k=request.top_k,
+            data.graded,
+            data.rankings,
+            min_rating=request.min_rating,
+            top_k=request.top_k,
             normalized=COVER_MEASURES[name],
         )
     measure = parse_measure(request.measure, min_rating=request.min_rating)
@@ -144,7 +151,10 @@ def compute_leaderboard(
 ) -> Leaderboard:
     """The leaderboard of one collection; ``official`` defaults to the imported official ranks."""
     data = load_evaluation_data(
-        session, collection, model=request.model, prompt_class=request.prompt_class,
+        session,
+        collection,
+        model=request.model,
+        prompt_class=request.prompt_class,
         rubric_version=request.rubric_version,
     )
     if official is None:

@@ -47,8 +47,6 @@ class RubricVersion(TimestampMixin, Base):
 class RubricVersionItem(Base):
     __tablename__ = "rubric_version_item"
 
-    version_pk: Mapped[int] = mapped_column(
-        ForeignKey("rubric_version.id", ondelete="CASCADE"), primary_key=True
-    )
+    version_pk: Mapped[int] = mapped_column(ForeignKey("rubric_version.id", ondelete="CASCADE"), primary_key=True)
     item_pk: Mapped[int] = mapped_column(ForeignKey("bank_item.id", ondelete="CASCADE"), primary_key=True)
     position: Mapped[int] = mapped_column(Integer)

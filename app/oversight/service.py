@@ -26,7 +26,11 @@ def _bank(session: Session, collection: Collection) -> dict[str, list[oversight.
 
 
 def verify_grading_table(
-    session: Session, collection: Collection, *, model: str | None, prompt_class: str | None,
+    session: Session,
+    collection: Collection,
+    *,
+    model: str | None,
+    prompt_class: str | None,
     answer_prompt_class: str | None = None,
 ) -> Table:
     """Answers and ratings grouped by question, highest rating first."""
@@ -38,13 +42,28 @@ def verify_grading_table(
     rows: list[list[Any]] = []
     for question in oversight.verify_grading(_bank(session, collection), graded, answers):
         for row in question.rows:
-            rows.append([question.query_id, question.item.item_id, question.item.text, row.passage_id, row.rating, " | ".join(row.answers)])
+            rows.append(
+                [
+                    question.query_id,
+                    question.item.item_id,
+                    question.item.text,
+                    row.passage_id,
+                    row.rating,
+                    " | ".join(row.answers),
+                ]
+            )
     return Table("Verify grading", ["query", "item", "question", "passage", "rating", "answers"], rows)
 
 
 def bad_questions_table(
-    session: Session, collection: Collection, *, model: str | None, prompt_class: str | None,
-    min_judgment: int, min_rating: int, limit: int = 20,
+    session: Session,
+    collection: Collection,
+    *,
+    model: str | None,
+    prompt_class: str | None,
+    min_judgment: int,
+    min_rating: int,
+    limit: int = 20,
 ) -> Table:
     """Items most often rated ≥ R on passages judged non-relevant, per query (top ``limit``)."""
     _, pool, graded = _context(session, collection, model, prompt_class)
@@ -60,30 +79,39 @@ def bad_questions_table(
             rows.append([item.query_id, item.item_id, item.count, item.text or ""])
     return Table(
         f"Items rated >= {min_rating} on passages judged < {min_judgment}",
-        ["query", "item", "count", "text"], rows,
+        ["query", "item", "count", "text"],
+        rows,
     )
 
 
 def uncovered_table(
-    session: Session, collection: Collection, *, model: str | None, prompt_class: str | None,
-    min_judgment: int, min_rating: int,
+    session: Session,
+    collection: Collection,
+    *,
+    model: str | None,
+    prompt_class: str | None,
+    min_judgment: int,
+    min_rating: int,
 ) -> Table:
     """Relevant passages without any high self-rating."""
     _, pool, graded = _context(session, collection, model, prompt_class)
     judgments = queries.load_judgments(session, pool)
     texts = queries.load_texts(session, collection)
-    passages = oversight.uncovered_passages(
-        graded, judgments, texts, min_judgment=min_judgment, min_rating=min_rating
-    )
+    passages = oversight.uncovered_passages(graded, judgments, texts, min_judgment=min_judgment, min_rating=min_rating)
     rows: list[list[Any]] = [[p.query_id, p.passage_id, p.worst_judgment, p.best_rating, p.text] for p in passages]
     return Table(
         "Relevant passages without any high self-rating",
-        ["query", "passage", "worst_judgment", "best_rating", "text"], rows,
+        ["query", "passage", "worst_judgment", "best_rating", "text"],
+        rows,
     )
 
 
 def grid_tables(
-    session: Session, collection: Collection, *, model: str | None, prompt_class: str | None,
+    session: Session,
+    collection: Collection,
+    *,
+    model: str | None,
+    prompt_class: str | None,
     answer_prompt_class: str | None = None,
 ) -> list[Table]:
     """One passage × question table per query."""

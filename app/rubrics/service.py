@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, insert, select
 from sqlalchemy.orm import Session
 
 from app.collections.errors import ImportFormatError
@@ -49,7 +49,9 @@ def _item_spec(bank: BankIn, raw: BankItemIn, file: str, line: int, field: str) 
     if text is None or not text.strip():
         raise ImportFormatError(file, line, f"{field}.{kind}_text", "an item needs a non-empty text")
     if raw.query_id is not None and raw.query_id != bank.query_id:
-        raise ImportFormatError(file, line, f"{field}.query_id", f"item of query {raw.query_id!r} in bank of {bank.query_id!r}")
+        raise ImportFormatError(
+            file, line, f"{field}.query_id", f"item of query {raw.query_id!r} in bank of {bank.query_id!r}"
+        )
     facet = raw.facet_id or bank.facet_id
     return ItemSpec(
         query_id=bank.query_id,
@@ -113,7 +115,9 @@ def import_banks(session: Session, collection: Collection, paths: list[Path]) ->
                 field = f"{'items' if bank.items is not None else 'questions'}[{i}]"
                 spec = _item_spec(bank, raw, file, line, field)
                 if spec.item_id in seen:
-                    raise ImportFormatError(file, line, f"{field}.{spec.kind}_id", f"duplicate item id {spec.item_id!r}")
+                    raise ImportFormatError(
+                        file, line, f"{field}.{spec.kind}_id", f"duplicate item id {spec.item_id!r}"
+                    )
                 seen.add(spec.item_id)
                 specs.append(spec)
                 meta[f"{spec.kind}:{bank.query_id}"] = _bank_meta(bank)
@@ -150,7 +154,7 @@ def _store_items(
         }
         for s in specs
     ]
-    upsert(session, BankItem.__table__, rows, keys=("collection_id", "item_id", "content_hash"))
+    upsert(session, BankItem, rows, keys=("collection_id", "item_id", "content_hash"))
     stored = {
         (row.item_id, row.content_hash): row.id
         for row in session.execute(
@@ -177,15 +181,20 @@ def _new_version_if_changed(
             kept.append(pk)
     position_of_query = dict(session.execute(select(Query.id, Query.position)).all())
     kind_of = dict(session.execute(select(BankItem.id, BankItem.kind).where(BankItem.id.in_(kept + item_pks))).all())
-    query_of = dict(session.execute(select(BankItem.id, BankItem.query_pk).where(BankItem.id.in_(kept + item_pks))).all())
+    query_of = dict(
+        session.execute(select(BankItem.id, BankItem.query_pk).where(BankItem.id.in_(kept + item_pks))).all()
+    )
     merged = list(dict.fromkeys(kept + item_pks))
     ordered = sorted(
-        enumerate(merged), key=lambda pair: (position_of_query[query_of[pair[1]]], kind_of[pair[1]] != "question", pair[0])
+        enumerate(merged),
+        key=lambda pair: (position_of_query[query_of[pair[1]]], kind_of[pair[1]] != "question", pair[0]),
     )
     new_items = [pk for _, pk in ordered]
     if new_items == version_item_pks(session, previous):
         return
-    number = (session.scalar(select(func.max(RubricVersion.number)).where(RubricVersion.collection_id == collection.id)) or 0) + 1
+    number = (
+        session.scalar(select(func.max(RubricVersion.number)).where(RubricVersion.collection_id == collection.id)) or 0
+    ) + 1
     version = RubricVersion(
         collection_id=collection.id,
         number=number,
@@ -196,7 +205,7 @@ def _new_version_if_changed(
     session.add(version)
     session.flush()
     session.execute(
-        RubricVersionItem.__table__.insert(),
+        insert(RubricVersionItem),
         [{"version_pk": version.id, "item_pk": pk, "position": i} for i, pk in enumerate(new_items)],
     )
     writer.report.add("rubric_versions", 1)

@@ -97,11 +97,19 @@ def _dev_qrels_and_runs(dl19_dev: Path) -> tuple[dict, dict]:
 
 @pytest.mark.parametrize(
     ("ours", "trec_eval_name"),
-    [("P@20", "P_20"), ("NDCG@10", "ndcg_cut_10"), ("MAP", "map"), ("RR", "recip_rank"), ("R-prec", "Rprec"),
-     ("Recall@100", "recall_100")],
+    [
+        ("P@20", "P_20"),
+        ("NDCG@10", "ndcg_cut_10"),
+        ("MAP", "map"),
+        ("RR", "recip_rank"),
+        ("R-prec", "Rprec"),
+        ("Recall@100", "recall_100"),
+    ],
 )
 @pytest.mark.parametrize("level", [1, 3, 4])
-def test_trec_measures_equal_pytrec_eval_on_dev_data(dl19_dev: Path, ours: str, trec_eval_name: str, level: int) -> None:
+def test_trec_measures_equal_pytrec_eval_on_dev_data(
+    dl19_dev: Path, ours: str, trec_eval_name: str, level: int
+) -> None:
     graded, rankings = _dev_qrels_and_runs(dl19_dev)
     qrels = derive_qrels(graded, LabelRule())
     scores = {s.system: s for s in trec_scores(qrels, rankings, parse_measure(ours, min_rating=level))}

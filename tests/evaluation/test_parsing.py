@@ -76,7 +76,8 @@ class TestUnanswerableMatcher:
 
 class TestDirectPrompts:
     @pytest.mark.parametrize(
-        ("answer", "relevant"), [("yes", True), ("Yes", True), ("true", True), ("Yes.", False), ("No", False), ("maybe", False)]
+        ("answer", "relevant"),
+        [("yes", True), ("Yes", True), ("true", True), ("Yes.", False), ("No", False), ("maybe", False)],
     )
     def test_yes_no_is_exact(self, answer: str, relevant: bool) -> None:
         assert parse_direct_yes_no(answer, DIRECT_MATCHER) is relevant

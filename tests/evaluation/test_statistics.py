@@ -61,8 +61,12 @@ class TestKappa:
         assert confusion(passages, frozenset({4, 5}), relevant) == Confusion(1, 0, 1, 1)
 
     def test_strict_table_uses_the_second_highest_rating(self) -> None:
-        graded = {"q": {"p1": PassageGrade({"a": 5, "b": 4}, frozenset("ab"), frozenset("ab")),
-                        "p2": PassageGrade({"a": 5, "b": 0}, frozenset("a"), frozenset("ab"))}}
+        graded = {
+            "q": {
+                "p1": PassageGrade({"a": 5, "b": 4}, frozenset("ab"), frozenset("ab")),
+                "p2": PassageGrade({"a": 5, "b": 0}, frozenset("a"), frozenset("ab")),
+            }
+        }
         judgments = {"q": {"p1": [2], "p2": [0]}}
         strict = rating_tables(graded, judgments, min_answers=2, min_judgment=2)[3]
         assert strict.name == "STRICT"
