@@ -117,9 +117,12 @@ def build_leaderboard(
         correlation = rank_correlation({s.system: _correlation_score(s, request) for s in raw}, official)
     systems = []
     for score in raw:
-        low, high = bootstrap_ci(
-            list(score.per_query.values()), samples=request.bootstrap_samples, seed=request.bootstrap_seed
-        )
+        low: float | None = None
+        high: float | None = None
+        if request.bootstrap_samples > 0:
+            low, high = bootstrap_ci(
+                list(score.per_query.values()), samples=request.bootstrap_samples, seed=request.bootstrap_seed
+            )
         systems.append(
             replace(
                 score,
