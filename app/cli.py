@@ -193,7 +193,6 @@ def leaderboard_command(
         reference_rounding=reference_rounding,
         bootstrap_samples=bootstrap if bootstrap is not None else settings.bootstrap_samples,
         bootstrap_seed=seed if seed is not None else settings.bootstrap_seed,
-        per_query_correlation=per_query_correlation,
     )
     with _user_errors(), _session() as session:
         target = get_collection(session, collection)

@@ -152,33 +152,32 @@ def database(
 ) -> Iterator[Database]:
     """A fresh, migrated database on each backend; RUBRIC_DATABASE_URL points at it for the CLI."""
     if request.param == "sqlite":
-        path = tmp_path / "rubric.sqlite"
-        shutil.copy(sqlite_template, path)
-        url = f"sqlite:///{path}"
+        url = _sqlite_copy(tmp_path, sqlite_template)
     else:
         if postgres_server is None or postgres_template is None:
             pytest.skip("PostgreSQL server binaries not installed (set RUBRIC_REQUIRE_POSTGRES=1 to make this fail)")
         url = _postgres_database(postgres_server, postgres_template)
-    monkeypatch.setenv("RUBRIC_DATABASE_URL", url)
-    get_settings.cache_clear()
-    engine = make_engine(url)
-    yield Database(url, engine, request.param)
-    engine.dispose()
-    engine_for(url).dispose()
-    engine_for.cache_clear()
-    get_settings.cache_clear()
+    yield from _use_database(url, request.param, monkeypatch)
 
 
 @pytest.fixture
 def sqlite_db(tmp_path: Path, sqlite_template: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Database]:
     """A fresh SQLite database only (for tests whose behaviour does not depend on the backend)."""
+    yield from _use_database(_sqlite_copy(tmp_path, sqlite_template), "sqlite", monkeypatch)
+
+
+def _sqlite_copy(tmp_path: Path, template: Path) -> str:
     path = tmp_path / "rubric.sqlite"
-    shutil.copy(sqlite_template, path)
-    url = f"sqlite:///{path}"
+    shutil.copy(template, path)
+    return f"sqlite:///{path}"
+
+
+def _use_database(url: str, backend: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Database]:
+    """Point RUBRIC_DATABASE_URL (for the CLI) at ``url`` for one test, and clean the caches after."""
     monkeypatch.setenv("RUBRIC_DATABASE_URL", url)
     get_settings.cache_clear()
     engine = make_engine(url)
-    yield Database(url, engine, "sqlite")
+    yield Database(url, engine, backend)
     engine.dispose()
     engine_for(url).dispose()
     engine_for.cache_clear()

@@ -32,3 +32,18 @@ def interchange_records(path: Path) -> Iterator[Any]:
 def write_jsonl(path: Path, records: list[Any]) -> Path:
     path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
     return path
+
+
+def import_dev(dl19_dev: Path, *extra: str | Path) -> None:
+    """Import the DL19 dev queries, graded passages and question bank as collection ``dl19``."""
+    cli(
+        "import",
+        "dl19",
+        "--queries",
+        str(dl19_dev / "queries.json"),
+        "--passages",
+        str(dl19_dev / "passages-graded.jsonl.gz"),
+        "--bank",
+        str(dl19_dev / "questions.jsonl.gz"),
+        *(str(e) for e in extra),
+    )

@@ -8,23 +8,14 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import TEST_DATA, Database
-from tests.helpers import cli, interchange_records
+from tests.helpers import cli, import_dev, interchange_records
 
 OFFICIAL = TEST_DATA / "dl19_paper_official_ranks.json"
 
 
 @pytest.fixture
 def dev_db(database: Database, dl19_dev: Path) -> Database:
-    cli(
-        "import",
-        "dl19",
-        "--queries",
-        dl19_dev / "queries.json",
-        "--passages",
-        dl19_dev / "passages-graded.jsonl.gz",
-        "--bank",
-        dl19_dev / "questions.jsonl.gz",
-    )
+    import_dev(dl19_dev)
     return database
 
 

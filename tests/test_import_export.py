@@ -22,7 +22,7 @@ from app.models import (
     System,
 )
 from tests.conftest import TEST_DATA, Database
-from tests.helpers import cli, interchange_records, write_jsonl
+from tests.helpers import cli, import_dev, interchange_records, write_jsonl
 
 COUNTED = (Query, Passage, PoolEntry, System, RankingEntry, Judgment, Grade, BankItem, RubricVersion, OfficialRank)
 
@@ -41,20 +41,6 @@ def grade_snapshot(db: Database) -> list[tuple]:
                 )
             ).all()
         )
-
-
-def import_dev(dl19_dev: Path, *extra: str) -> None:
-    cli(
-        "import",
-        "dl19",
-        "--queries",
-        dl19_dev / "queries.json",
-        "--passages",
-        dl19_dev / "passages-graded.jsonl.gz",
-        "--bank",
-        dl19_dev / "questions.jsonl.gz",
-        *extra,
-    )
 
 
 def test_import_counts_and_idempotency(database: Database, dl19_dev: Path) -> None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import delete, insert, select, tuple_, update
+from sqlalchemy import delete, insert, select, update
 from sqlalchemy.orm import Session
 
 from app.collections import grades_io
@@ -395,17 +395,3 @@ def official_leaderboard(session: Session, collection: Collection) -> dict[str, 
         select(OfficialRank.system_name, OfficialRank.rank).where(OfficialRank.collection_id == collection.id)
     ).all()
     return dict(rows)
-
-
-def pool_entry_keys(session: Session, entry_pks: list[int]) -> dict[int, tuple[str, str]]:
-    """pool entry pk → (query id, passage id)."""
-    result: dict[int, tuple[str, str]] = {}
-    for batch in chunks(entry_pks):
-        rows = session.execute(
-            select(PoolEntry.id, Query.query_id, Passage.passage_id)
-            .join(Query, Query.id == PoolEntry.query_pk)
-            .join(Passage, Passage.id == PoolEntry.passage_pk)
-            .where(tuple_(PoolEntry.id).in_([(pk,) for pk in batch]))
-        )
-        result.update({row.id: (row.query_id, row.passage_id) for row in rows})
-    return result

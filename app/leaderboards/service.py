@@ -34,7 +34,6 @@ class LeaderboardRequest:
     reference_rounding: bool = False
     bootstrap_samples: int = 1000
     bootstrap_seed: int = 42
-    per_query_correlation: bool = False
 
 
 @dataclass(slots=True)

@@ -21,6 +21,20 @@ def _context(
     return grader, pool, queries.load_graded_pool(session, pool, grader)
 
 
+def _answers(
+    session: Session,
+    collection: Collection,
+    pool: queries.PoolKeys,
+    grader: Grader,
+    model: str | None,
+    answer_prompt_class: str | None,
+) -> dict[str, dict[str, dict[str, list[str]]]]:
+    """Answers of the extraction grader when one is named, else the rating grader's own answers."""
+    if answer_prompt_class:
+        grader = queries.select_grader(session, collection, model=model, prompt_class=answer_prompt_class)
+    return queries.load_answers(session, pool, grader)
+
+
 def _bank(session: Session, collection: Collection) -> dict[str, list[oversight.BankEntry]]:
     return queries.load_bank(session, latest_version(session, collection))
 
@@ -35,10 +49,7 @@ def verify_grading_table(
 ) -> Table:
     """Answers and ratings grouped by question, highest rating first."""
     grader, pool, graded = _context(session, collection, model, prompt_class)
-    answer_grader = grader
-    if answer_prompt_class:
-        answer_grader = queries.select_grader(session, collection, model=model, prompt_class=answer_prompt_class)
-    answers = queries.load_answers(session, pool, answer_grader)
+    answers = _answers(session, collection, pool, grader, model, answer_prompt_class)
     rows: list[list[Any]] = []
     for question in oversight.verify_grading(_bank(session, collection), graded, answers):
         for row in question.rows:
@@ -116,10 +127,7 @@ def grid_tables(
 ) -> list[Table]:
     """One passage × question table per query."""
     grader, pool, graded = _context(session, collection, model, prompt_class)
-    answer_grader = grader
-    if answer_prompt_class:
-        answer_grader = queries.select_grader(session, collection, model=model, prompt_class=answer_prompt_class)
-    answers = queries.load_answers(session, pool, answer_grader)
+    answers = _answers(session, collection, pool, grader, model, answer_prompt_class)
     texts = queries.load_texts(session, collection)
     tables = []
     for grid in oversight.grid(_bank(session, collection), graded, answers, texts):
