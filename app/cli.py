@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from app.collections.errors import CollectionNotFound, ImportFormatError
 from app.collections.queries import GraderSelectionError
@@ -340,6 +340,114 @@ def verify_command(
         else:
             _fail(f"unknown analysis {analysis!r}: use grading, bad-questions, uncovered or grid")
     typer.echo(render_tables(tables, output), nl=False)
+
+
+@app.command("grade")
+def grade_command(
+    collection: CollectionArg,
+    prompt_class: Annotated[str, typer.Option("--prompt-class", help="Prompt class (rubric prompts lists them).")] = (
+        "QuestionSelfRatedUnanswerablePromptWithChoices"
+    ),
+    backend: Annotated[str, typer.Option("--backend", help="hf, openai or similarity.")] = "similarity",
+    model: Annotated[
+        str | None, typer.Option("--model", help="Hub id, local path, .gguf file, smollm2, minilm.")
+    ] = None,
+    mode: Annotated[str, typer.Option("--mode", help="generate (parity) or score (one forward pass).")] = "score",
+    rubric_version: Annotated[int | None, typer.Option("--rubric-version", help="Default: newest.")] = None,
+    max_queries: Annotated[int | None, typer.Option("--max-queries", help="Grade only the first N queries.")] = None,
+    query: Annotated[list[str] | None, typer.Option("--query", help="Grade only this query; repeatable.")] = None,
+    batch_tokens: Annotated[int, typer.Option("--batch-tokens", help="Padded tokens per model batch.")] = 8192,
+    device: Annotated[str, typer.Option("--device", help="cpu or cuda.")] = "cpu",
+    dtype: Annotated[str, typer.Option("--dtype", help="auto, float32, bfloat16 or float16.")] = "auto",
+    max_tokens: Annotated[int, typer.Option("--max-tokens", help="Context window for truncation.")] = 512,
+    num_beams: Annotated[int | None, typer.Option("--num-beams", help="generate: beams (seq2seq: 5).")] = None,
+    base_url: Annotated[str | None, typer.Option("--base-url", help="OpenAI-compatible endpoint.")] = None,
+    endpoint: Annotated[str, typer.Option("--endpoint", help="openai: chat or completions.")] = "chat",
+    concurrency: Annotated[int, typer.Option("--concurrency", help="openai: requests in flight.")] = 8,
+    json_mode: Annotated[bool, typer.Option("--json-mode", help="Append the reference JSON instruction.")] = False,
+    custom_prompt: Annotated[Path | None, typer.Option("--custom-prompt", help="Template file.")] = None,
+    custom_parser: Annotated[str, typer.Option("--custom-parser", help="rating, yes_no or free.")] = "rating",
+) -> None:
+    """Grade every cell of a collection; cached cells cost no model call, and a rerun resumes."""
+    from app.collections.service import get_collection
+    from app.grading.engine import CellScope, grade_cells
+    from app.grading.service import GraderSpec, build_method, plan_for
+
+    spec = GraderSpec(
+        prompt_class=prompt_class,
+        backend=backend,  # type: ignore[arg-type]
+        model=model,
+        mode=mode,  # type: ignore[arg-type]
+        device=device,
+        dtype=dtype,
+        batch_tokens=batch_tokens,
+        max_tokens=max_tokens,
+        num_beams=num_beams,
+        base_url=base_url,
+        endpoint=endpoint,  # type: ignore[arg-type]
+        concurrency=concurrency,
+        json_mode=json_mode,
+        custom_prompt=str(custom_prompt) if custom_prompt else None,
+        custom_parser=custom_parser,
+    )
+    _check_choice("--backend", backend, ("hf", "openai", "similarity"))
+    _check_choice("--mode", mode, ("generate", "score"))
+    scope = CellScope(query_ids=frozenset(query) if query else None, max_queries=max_queries)
+    with _user_errors(), _session() as session:
+        target = get_collection(session, collection)
+        method = build_method(spec)
+        cells = plan_for(session, target, spec, rubric_version, scope)
+        with _grading_progress(len(cells)) as update:
+
+            def commit_batch(report: Any) -> None:
+                session.commit()
+                update(report)
+
+            report = grade_cells(session, method, cells, after_batch=commit_batch)
+    label = method.config()
+    err.print(
+        f"graded {report.total} cells of {collection!r} with {label.model} / {label.prompt_class}: "
+        f"{report.graded} model prompts, {report.cached} cached, {report.deduplicated} deduplicated, "
+        f"{report.errors} errors"
+    )
+    for sample in report.error_samples:
+        err.print(f"  error: {sample}", highlight=False, markup=False)
+
+
+def _check_choice(option: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        _fail(f"{option} must be one of {', '.join(allowed)}, not {value!r}")
+
+
+@contextmanager
+def _grading_progress(total: int) -> Iterator[Callable[[Any], None]]:
+    """A bar with ETA and the cache-hit count; silent when stderr is not a terminal."""
+    if not sys.stderr.isatty():
+        yield lambda _report: None
+        return
+    with Progress(
+        TextColumn("grading"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[cached]} cached · {task.fields[errors]} errors"),
+        TimeRemainingColumn(),
+        console=err,
+        transient=True,
+    ) as progress:
+        task = progress.add_task("grading", total=total, cached=0, errors=0)
+        yield lambda r: progress.update(task, completed=r.done, cached=r.cached, errors=r.errors)
+
+
+@app.command("prompts")
+def prompts_command() -> None:
+    """List the prompt classes, with their type, parser and template hash."""
+    from app.grading.prompts import get_prompt_class, prompt_class_names
+
+    for name in prompt_class_names():
+        prompt = get_prompt_class(name)
+        typer.echo(
+            f"{name}\t{prompt.prompt_type}\t{prompt.parser}\t{prompt.template_hash()[:12]}\t{prompt.description}"
+        )
 
 
 @app.command("collections")

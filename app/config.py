@@ -23,6 +23,11 @@ class Settings(BaseSettings):
     bootstrap_samples: int = 1000
     bootstrap_seed: int = 42
     import_batch_size: int = 5000
+    # Converted model weights (a de-quantised GGUF is cached here as safetensors).
+    weights_cache_dir: Path = Field(default_factory=lambda: Path.home() / ".cache" / "rubric-workbench" / "models")
+    # OpenAI-compatible grading backend; the key may also come from OPENAI_API_KEY.
+    openai_base_url: str | None = None
+    openai_api_key: str | None = None
 
 
 @lru_cache

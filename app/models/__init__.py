@@ -11,7 +11,7 @@ from app.models.collection import (
     RankingEntry,
     System,
 )
-from app.models.grading import DIRECT_ITEM, Grade, Grader
+from app.models.grading import DIRECT_ITEM, Grade, GradeCache, Grader
 from app.models.rubric import BankItem, RubricVersion, RubricVersionItem
 
 __all__ = [
@@ -20,6 +20,7 @@ __all__ = [
     "Base",
     "Collection",
     "Grade",
+    "GradeCache",
     "Grader",
     "Judgment",
     "OfficialRank",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, DateTime, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.models.base import Base, utcnow
@@ -44,4 +44,28 @@ class Grade(Base):
     extracted_answer: Mapped[str | None] = mapped_column(Text, default=None)
     correct: Mapped[bool | None] = mapped_column(Boolean, default=None)
     error: Mapped[Any] = mapped_column(JSON, nullable=True, default=None)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # score mode: P(grade) over the answer tokens, E[grade], and the mass that fell on valid tokens
+    probabilities: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True, default=None)
+    expected_grade: Mapped[float | None] = mapped_column(Float, default=None)
+    valid_mass: Mapped[float | None] = mapped_column(Float, default=None)
+    cache_key: Mapped[str | None] = mapped_column(String(64), default=None)
+
+
+class GradeCache(Base):
+    """Content-addressed model outputs: key = hash(model, decoding, template, item text, passage text).
+
+    Shared across collections and graders' grade rows; errors are never cached, so they are retried.
+    """
+
+    __tablename__ = "grade_cache"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    raw_answer: Mapped[str | None] = mapped_column(Text, default=None)
+    self_rating: Mapped[int | None] = mapped_column(Integer, default=None)
+    extracted_answer: Mapped[str | None] = mapped_column(Text, default=None)
+    correct: Mapped[bool | None] = mapped_column(Boolean, default=None)
+    probabilities: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True, default=None)
+    expected_grade: Mapped[float | None] = mapped_column(Float, default=None)
+    valid_mass: Mapped[float | None] = mapped_column(Float, default=None)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

@@ -40,6 +40,8 @@ class RubricVersion(TimestampMixin, Base):
     number: Mapped[int] = mapped_column(Integer)
     created_by: Mapped[str] = mapped_column(String(200), default="import")
     note: Mapped[str] = mapped_column(Text, default="")
+    # "published" versions are what grading and leaderboards use; "draft" holds LLM-drafted items for review.
+    status: Mapped[str] = mapped_column(String(20), default="published", server_default="published")
     # Per-(kind, query) envelope of the bank files (test_collection, info, hash, format), for export.
     bank_meta: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
 

@@ -79,7 +79,7 @@ def _bank_meta(bank: BankIn) -> dict[str, Any]:
 def latest_version(session: Session, collection: Collection) -> RubricVersion | None:
     return session.scalar(
         select(RubricVersion)
-        .where(RubricVersion.collection_id == collection.id)
+        .where(RubricVersion.collection_id == collection.id, RubricVersion.status == "published")
         .order_by(RubricVersion.number.desc())
         .limit(1)
     )

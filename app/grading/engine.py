@@ -1,0 +1,250 @@
+"""The grading engine: plan the cells, resolve them through the cache, grade only the misses, store.
+
+Services take a session and never commit: ``grade_cells`` calls ``after_batch`` once each batch is
+written, and the caller commits there, so an interrupted run keeps every finished batch and the
+same command resumes from the cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.collections.grades_io import ensure_grader
+from app.grading.methods import GradingMethod, Outcome, cache_key
+from app.grading.prompts import CellInput
+from app.models import (
+    DIRECT_ITEM,
+    BankItem,
+    Collection,
+    Grade,
+    GradeCache,
+    Passage,
+    PoolEntry,
+    Query,
+    RubricVersion,
+    RubricVersionItem,
+)
+from app.sqlutil import chunks, upsert
+
+OUTCOME_FIELDS = (
+    "raw_answer",
+    "self_rating",
+    "extracted_answer",
+    "correct",
+    "probabilities",
+    "expected_grade",
+    "valid_mass",
+)
+BATCH_CELLS = 256
+GRADE_UPDATE = (*OUTCOME_FIELDS, "position", "cache_key", "error")
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """One (pool entry, bank item) pair to grade; ``item_id`` is "" for a direct prompt."""
+
+    pool_entry_pk: int
+    item_id: str
+    position: int
+    input: CellInput
+
+
+@dataclass
+class GradingReport:
+    total: int = 0
+    cached: int = 0  # resolved from the cache, no model call
+    deduplicated: int = 0  # identical prompt already graded in the same batch
+    graded: int = 0  # sent to the model
+    errors: int = 0
+    error_samples: list[str] = field(default_factory=list)
+
+    @property
+    def done(self) -> int:
+        return self.cached + self.deduplicated + self.graded
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "total": self.total,
+            "done": self.done,
+            "cached": self.cached,
+            "deduplicated": self.deduplicated,
+            "graded": self.graded,
+            "errors": self.errors,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class CellScope:
+    """Which cells to plan: all, some queries, some items, or some pool entries (new runs)."""
+
+    query_ids: frozenset[str] | None = None
+    item_ids: frozenset[str] | None = None
+    pool_entry_pks: frozenset[int] | None = None
+    max_queries: int | None = None
+
+
+def _queries(session: Session, collection: Collection, scope: CellScope) -> list[tuple[int, str, str]]:
+    rows = session.execute(
+        select(Query.id, Query.query_id, Query.text)
+        .where(Query.collection_id == collection.id)
+        .order_by(Query.position, Query.id)
+    ).all()
+    chosen = [(pk, qid, text) for pk, qid, text in rows if scope.query_ids is None or qid in scope.query_ids]
+    return chosen[: scope.max_queries] if scope.max_queries is not None else chosen
+
+
+def _pool(session: Session, query_pks: list[int], scope: CellScope) -> dict[int, list[tuple[int, str]]]:
+    pool: dict[int, list[tuple[int, str]]] = {pk: [] for pk in query_pks}
+    for batch in chunks(query_pks):
+        rows = session.execute(
+            select(PoolEntry.query_pk, PoolEntry.id, Passage.text)
+            .join(Passage, Passage.id == PoolEntry.passage_pk)
+            .where(PoolEntry.query_pk.in_(batch))
+            .order_by(PoolEntry.query_pk, PoolEntry.position, PoolEntry.id)
+        ).all()
+        for query_pk, entry_pk, text in rows:
+            if scope.pool_entry_pks is None or entry_pk in scope.pool_entry_pks:
+                pool[query_pk].append((entry_pk, text or ""))
+    return pool
+
+
+def version_items(session: Session, version: RubricVersion, kind: str) -> dict[int, list[BankItem]]:
+    """The version's items of one kind (question | nugget), per query pk, in rubric order."""
+    items = session.scalars(
+        select(BankItem)
+        .join(RubricVersionItem, RubricVersionItem.item_pk == BankItem.id)
+        .where(RubricVersionItem.version_pk == version.id, BankItem.kind == kind)
+        .order_by(RubricVersionItem.position)
+    )
+    by_query: dict[int, list[BankItem]] = {}
+    for item in items:
+        by_query.setdefault(item.query_pk, []).append(item)
+    return by_query
+
+
+def plan_cells(
+    session: Session,
+    collection: Collection,
+    prompt_type: str,
+    version: RubricVersion | None,
+    scope: CellScope = CellScope(),
+) -> list[Cell]:
+    """Every cell the grader must have a grade for, in query / passage / item order."""
+    queries = _queries(session, collection, scope)
+    pool = _pool(session, [pk for pk, _, _ in queries], scope)
+    if prompt_type == "direct_grading":
+        return [
+            Cell(entry_pk, DIRECT_ITEM, 0, CellInput(text, "", passage))
+            for pk, _, text in queries
+            for entry_pk, passage in pool[pk]
+        ]
+    if version is None:
+        return []
+    items = version_items(session, version, prompt_type)
+    cells = []
+    for query_pk, _, query_text in queries:
+        chosen = [i for i in items.get(query_pk, []) if scope.item_ids is None or i.item_id in scope.item_ids]
+        for entry_pk, passage in pool[query_pk]:
+            for position, item in enumerate(chosen):
+                gold = tuple(str(g) for g in item.gold_answers or ())
+                cells.append(Cell(entry_pk, item.item_id, position, CellInput(query_text, item.text, passage, gold)))
+    return cells
+
+
+def _cached_outcomes(session: Session, keys: Iterable[str]) -> dict[str, Outcome]:
+    found: dict[str, Outcome] = {}
+    for batch in chunks(list(keys)):
+        for row in session.scalars(select(GradeCache).where(GradeCache.key.in_(batch))):
+            found[row.key] = Outcome(**{name: getattr(row, name) for name in OUTCOME_FIELDS})
+    return found
+
+
+def _cache_row(key: str, outcome: Outcome) -> dict[str, Any]:
+    return {"key": key, **{name: getattr(outcome, name) for name in OUTCOME_FIELDS}}
+
+
+def _grade_row(cell: Cell, grader_pk: int, key: str, outcome: Outcome) -> dict[str, Any]:
+    return {
+        "pool_entry_pk": cell.pool_entry_pk,
+        "grader_pk": grader_pk,
+        "item_id": cell.item_id,
+        "position": cell.position,
+        "cache_key": key,
+        "error": outcome.error,
+        **{name: getattr(outcome, name) for name in OUTCOME_FIELDS},
+    }
+
+
+def ensure_method_grader(session: Session, method: GradingMethod) -> int:
+    config = method.config()
+    return ensure_grader(
+        session,
+        model=config.model,
+        prompt_class=config.prompt_class,
+        template_hash=config.template_hash,
+        prompt_type=config.prompt_type,
+        is_self_rated=config.is_self_rated,
+        options=config.options,
+    )
+
+
+def grade_batch(session: Session, method: GradingMethod, grader_pk: int, cells: Sequence[Cell]) -> GradingReport:
+    """Grade one batch: cache hits cost nothing, identical prompts are graded once, rows are upserted."""
+    report = GradingReport(total=len(cells))
+    keys = [cache_key(method, cell.input) for cell in cells]
+    outcomes = _cached_outcomes(session, set(keys))
+    report.cached = sum(1 for key in keys if key in outcomes)
+    first_of_key: dict[str, Cell] = {}
+    for cell, key in zip(cells, keys, strict=True):
+        if key not in outcomes:
+            first_of_key.setdefault(key, cell)
+    fresh = method.grade([cell.input for cell in first_of_key.values()]) if first_of_key else []
+    new_outcomes = dict(zip(first_of_key, fresh, strict=True))
+    report.graded = len(new_outcomes)
+    report.deduplicated = len(cells) - report.cached - report.graded
+    upsert(
+        session,
+        GradeCache,
+        [_cache_row(key, outcome) for key, outcome in new_outcomes.items() if outcome.error is None],
+        keys=["key"],
+    )
+    outcomes.update(new_outcomes)
+    rows = [_grade_row(cell, grader_pk, key, outcomes[key]) for cell, key in zip(cells, keys, strict=True)]
+    upsert(session, Grade, rows, keys=["grader_pk", "pool_entry_pk", "item_id"], update=GRADE_UPDATE)
+    errors = [row["error"] for row in rows if row["error"]]
+    report.errors = len(errors)
+    report.error_samples = errors[:3]
+    return report
+
+
+def grade_cells(
+    session: Session,
+    method: GradingMethod,
+    cells: Sequence[Cell],
+    *,
+    batch_cells: int = BATCH_CELLS,
+    after_batch: Callable[[GradingReport], None] | None = None,
+) -> GradingReport:
+    """Grade every cell in batches; ``after_batch`` gets the running totals (commit there)."""
+    grader_pk = ensure_method_grader(session, method)
+    total = GradingReport()
+    for batch in chunks(cells, batch_cells):
+        report = grade_batch(session, method, grader_pk, batch)
+        _accumulate(total, report)
+        if after_batch is not None:
+            after_batch(total)
+    return total
+
+
+def _accumulate(total: GradingReport, report: GradingReport) -> None:
+    total.total += report.total
+    total.cached += report.cached
+    total.deduplicated += report.deduplicated
+    total.graded += report.graded
+    total.errors += report.errors
+    total.error_samples = (total.error_samples + report.error_samples)[:5]

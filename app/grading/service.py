@@ -1,0 +1,121 @@
+"""Grading requests: one description of a grader, used alike by the CLI, the worker and the web app."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.grading.engine import Cell, CellScope, plan_cells
+from app.grading.methods import GradingMethod, Mode, PromptGrader
+from app.grading.models import MINILM, SMOLLM2
+from app.grading.prompts import DEFAULT_PROMPT_CLASS, PromptClass, get_prompt_class, register_custom
+from app.models import Collection, RubricVersion
+from app.rubrics.service import latest_version
+
+BackendName = Literal["hf", "openai", "similarity"]
+DEFAULT_BACKEND: BackendName = "similarity"
+DEFAULT_MODELS: dict[str, str] = {"hf": SMOLLM2, "similarity": MINILM, "openai": "gpt-4o-mini"}
+
+
+@dataclass(frozen=True)
+class GraderSpec:
+    """Everything that picks and configures a grader; JSON-serialisable (jobs store it as a parameter)."""
+
+    prompt_class: str = DEFAULT_PROMPT_CLASS
+    backend: BackendName = DEFAULT_BACKEND
+    model: str | None = None
+    mode: Mode = "score"
+    device: str = "cpu"
+    dtype: str = "auto"
+    batch_tokens: int = 8192
+    max_tokens: int = 512
+    num_beams: int | None = None
+    max_new_tokens: int | None = None
+    base_url: str | None = None
+    endpoint: Literal["chat", "completions"] = "chat"
+    concurrency: int = 8
+    seed: int | None = None
+    json_mode: bool = False
+    custom_prompt: str | None = None
+    custom_parser: str = "rating"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def model_ref(self) -> str:
+        return self.model or DEFAULT_MODELS[self.backend]
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> GraderSpec:
+        return cls(**data)
+
+    @property
+    def prompt_type(self) -> str:
+        if self.backend == "similarity":
+            return "direct_grading" if self.prompt_class == "DirectSimilarity" else "question"
+        return str(self._prompt().prompt_type)
+
+    def _prompt(self) -> PromptClass:
+        if self.custom_prompt:
+            return register_custom(Path(self.custom_prompt), self.custom_parser, self.prompt_class or None)
+        return get_prompt_class(self.prompt_class)
+
+
+def build_method(spec: GraderSpec) -> GradingMethod:
+    """The grading method a spec describes. Heavy libraries load on first use, not here."""
+    if spec.backend == "similarity":
+        from app.grading.similarity import SimilarityGrader
+
+        return SimilarityGrader(spec.model_ref, prompt_type=spec.prompt_type, device=spec.device)
+    prompt = spec._prompt()
+    if spec.backend == "openai":
+        from app.grading.backends.openai_http import OpenAIBackend
+
+        backend: Any = OpenAIBackend(
+            spec.model_ref,
+            base_url=spec.base_url,
+            endpoint=spec.endpoint,
+            max_tokens=spec.max_tokens,
+            seed=spec.seed,
+            concurrency=spec.concurrency,
+        )
+    else:
+        from app.grading.backends.hf import HuggingFaceBackend
+
+        backend = HuggingFaceBackend(
+            spec.model_ref,
+            device=spec.device,
+            dtype=spec.dtype,
+            max_tokens=spec.max_tokens,
+            batch_tokens=spec.batch_tokens,
+            num_beams=spec.num_beams,
+            max_new_tokens=spec.max_new_tokens,
+        )
+    return PromptGrader(prompt, backend, spec.mode, spec.json_mode)
+
+
+def rubric_version(session: Session, collection: Collection, number: int | None) -> RubricVersion | None:
+    """The published version ``number``, or the newest published one."""
+    if number is None:
+        return latest_version(session, collection)
+    version = session.scalar(
+        select(RubricVersion).where(RubricVersion.collection_id == collection.id, RubricVersion.number == number)
+    )
+    if version is None:
+        raise LookupError(f"collection {collection.name!r} has no rubric version {number}")
+    return version
+
+
+def plan_for(
+    session: Session, collection: Collection, spec: GraderSpec, version_number: int | None, scope: CellScope
+) -> list[Cell]:
+    version = rubric_version(session, collection, version_number)
+    if version is None and spec.prompt_type != "direct_grading":
+        raise LookupError(f"collection {collection.name!r} has no test bank; import one with --bank or generate one")
+    return plan_cells(session, collection, spec.prompt_type, version, scope)
