@@ -117,9 +117,14 @@ def import_command(
     official: Annotated[
         Path | None, typer.Option("--official", help="Official leaderboard JSON {system: rank}.")
     ] = None,
+    responses: Annotated[
+        list[Path] | None,
+        typer.Option("--responses", help="Generated responses: RAG24 answer JSONL or DIR/<system>/<qid>.txt."),
+    ] = None,
 ) -> None:
     """Import files into a collection, all in one transaction: any error leaves the database unchanged."""
     from app.collections import service
+    from app.collections.responses import import_responses
     from app.rubrics.service import import_banks
 
     totals: dict[str, int] = {}
@@ -138,6 +143,8 @@ def import_command(
             reports.append(service.import_qrels(session, target, qrels))
         if official:
             reports.append(service.import_official(session, target, official))
+        for path in responses or []:
+            reports.append(import_responses(session, target, path))
         for report in reports:
             for kind, n in report.counts.items():
                 totals[kind] = totals.get(kind, 0) + n
@@ -436,6 +443,69 @@ def _grading_progress(total: int) -> Iterator[Callable[[Any], None]]:
     ) as progress:
         task = progress.add_task("grading", total=total, cached=0, errors=0)
         yield lambda r: progress.update(task, completed=r.done, cached=r.cached, errors=r.errors)
+
+
+@app.command("generate")
+def generate_command(
+    collection: CollectionArg,
+    kind: Annotated[str, typer.Option("--kind", help="questions or nuggets.")] = "questions",
+    backend: Annotated[str, typer.Option("--backend", help="hf (a local causal LM) or openai.")] = "hf",
+    model: Annotated[str | None, typer.Option("--model", help="Hub id, local path, .gguf, smollm2.")] = None,
+    style: Annotated[str, typer.Option("--style", help="dl, car, paper-dl or paper-car.")] = "dl",
+    n: Annotated[int, typer.Option("--n", help="Items to ask for per query (dl style).")] = 10,
+    query: Annotated[list[str] | None, typer.Option("--query", help="Only this query; repeatable.")] = None,
+    base_url: Annotated[str | None, typer.Option("--base-url", help="OpenAI-compatible endpoint.")] = None,
+    device: Annotated[str, typer.Option("--device", help="cpu or cuda.")] = "cpu",
+) -> None:
+    """Draft a test bank with an LLM into a draft rubric version (accept it with `rubric accept-draft`)."""
+    from app.collections.service import get_collection
+    from app.grading.service import GraderSpec, build_backend
+    from app.rubrics.generation import draft_bank
+
+    _check_choice("--kind", kind, ("questions", "nuggets"))
+    _check_choice("--style", style, ("dl", "car", "paper-dl", "paper-car"))
+    _check_choice("--backend", backend, ("hf", "openai"))
+    spec = GraderSpec(backend=backend, model=model, base_url=base_url, device=device, max_new_tokens=512)  # type: ignore[arg-type]
+    with _user_errors(), _session() as session:
+        target = get_collection(session, collection)
+        report = draft_bank(
+            session,
+            target,
+            build_backend(spec),
+            kind=kind,  # type: ignore[arg-type]
+            style=style,  # type: ignore[arg-type]
+            n=n,
+            query_ids=query,
+        )
+    if report.version_number is None:
+        _fail(f"nothing drafted; per query: {report.failures}")
+    err.print(f"drafted {report.items} {kind} into draft rubric version {report.version_number}")
+    for query_id, why in report.failures.items():
+        err.print(f"  {query_id}: {why}", highlight=False, markup=False)
+
+
+@app.command("accept-draft")
+def accept_draft_command(
+    collection: CollectionArg,
+    version: Annotated[int, typer.Argument(help="Draft rubric version number.")],
+    item: Annotated[list[str] | None, typer.Option("--item", help="Accept only this item id; repeatable.")] = None,
+    user: Annotated[str, typer.Option("--user", help="Recorded as the author.")] = "cli",
+) -> None:
+    """Publish a draft: the newest published items plus the accepted drafted items (all by default)."""
+    from app.collections.service import get_collection
+    from app.grading.service import rubric_version
+    from app.models import BankItem
+    from app.rubrics.generation import accept_draft
+
+    with _user_errors(), _session() as session:
+        target = get_collection(session, collection)
+        draft = rubric_version(session, target, version)
+        assert draft is not None
+        drafted = draft.bank_meta.get("draft_items", [])
+        ids = item or [session.get_one(BankItem, pk).item_id for pk in drafted]
+        published = accept_draft(session, target, draft, ids, user)
+        number = published.number
+    err.print(f"published rubric version {number}")
 
 
 @app.command("prompts")

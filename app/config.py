@@ -28,6 +28,12 @@ class Settings(BaseSettings):
     # OpenAI-compatible grading backend; the key may also come from OPENAI_API_KEY.
     openai_base_url: str | None = None
     openai_api_key: str | None = None
+    # Jobs: a batch whose heartbeat is older than this is requeued by the sweep; the broker's
+    # visibility timeout must exceed the longest batch.
+    job_stale_seconds: float = 900.0
+    visibility_timeout: int = 3600
+    # Price table for estimates of API grading jobs: {"model": {"input_per_1k": 0.00015, "output_per_call": 0}}
+    prices: dict[str, dict[str, float]] = Field(default_factory=dict)
 
 
 @lru_cache

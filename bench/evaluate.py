@@ -34,6 +34,9 @@ from app.db import make_engine, session_scope  # noqa: E402
 from app.evaluation.correlation import rank_correlation  # noqa: E402
 from app.leaderboards.service import LeaderboardRequest, compute_leaderboard, load_evaluation_data, qrels_for  # noqa: E402
 from app.migrate import upgrade  # noqa: E402
+from bench.report import write_section  # noqa: E402
+
+TITLE = "Leaderboard recompute (`bench/evaluate.py`)"
 
 N_QUERIES, N_SYSTEMS, DEPTH, N_ITEMS, POOL_PER_QUERY = 54, 59, 100, 10, 400
 REPEATS = 5
@@ -199,20 +202,7 @@ Median of {REPEATS} runs each, P@20 at τ = 3, label = max, with Spearman/Kendal
 
 Target: recompute under 200 ms on 2 cores. {"Met" if ours_no_ci < 0.2 else "Not met"} (CIs off: {ours_no_ci * 1000:.0f} ms).
 """
-    path = REPO / "docs" / "benchmarks.md"
-    path.parent.mkdir(exist_ok=True)
-    existing = (
-        path.read_text() if path.exists() else "# Benchmarks\n\nEach section is rewritten by its benchmark script.\n\n"
-    )
-    marker = "## Leaderboard recompute (`bench/evaluate.py`)"
-    if marker in existing:
-        head, _, rest = existing.partition(marker)
-        tail = rest[rest.find("\n## ") + 1 :] if "\n## " in rest else ""
-        existing = head + section + ("\n" + tail if tail else "")
-    else:
-        existing = existing.rstrip("\n") + "\n\n" + section
-    path.write_text(existing)
-    print(section)
+    write_section(TITLE, section.split("\n", 2)[2])
 
 
 if __name__ == "__main__":

@@ -112,8 +112,14 @@ def main() -> None:
         )
         flan = session.scalar(select(Grader.id).where(Grader.prompt_class.like("QuestionSelfRated%")))
         assert flan is not None
-        rows.append(report_row("FLAN-T5-large (stored reference grades), all passages", passage_scores(session, flan, None), relevant))
-        rows.append(report_row("FLAN-T5-large (stored), SmolLM2 sample", passage_scores(session, flan, sample), relevant))
+        rows.append(
+            report_row(
+                "FLAN-T5-large (stored reference grades), all passages", passage_scores(session, flan, None), relevant
+            )
+        )
+        rows.append(
+            report_row("FLAN-T5-large (stored), SmolLM2 sample", passage_scores(session, flan, sample), relevant)
+        )
         collection = ensure_collection(session, "dl19-dev")
         specs = {
             "all-MiniLM-L6-v2 similarity": (GraderSpec(backend="similarity"), None),
@@ -129,17 +135,33 @@ def main() -> None:
             grade_cells(session, method, cells, after_batch=lambda _r: session.commit())
             timings[name] = time.perf_counter() - start
             config = method.config()
-            graders[name] = session.scalar(select(Grader.id).where(Grader.model == config.model, Grader.prompt_class == config.prompt_class)) or 0
+            graders[name] = (
+                session.scalar(
+                    select(Grader.id).where(Grader.model == config.model, Grader.prompt_class == config.prompt_class)
+                )
+                or 0
+            )
             scope_label = "all passages" if entries is None else "SmolLM2 sample"
-            rows.append(report_row(f"{name}, {scope_label} ({len(cells)} prompts, {timings[name]:.0f} s)", passage_scores(session, graders[name], entries), relevant))
-        agreement = argmax_agreement(session, graders["SmolLM2-135M-Instruct score"], graders["SmolLM2-135M-Instruct generate"])
+            rows.append(
+                report_row(
+                    f"{name}, {scope_label} ({len(cells)} prompts, {timings[name]:.0f} s)",
+                    passage_scores(session, graders[name], entries),
+                    relevant,
+                )
+            )
+        agreement = argmax_agreement(
+            session, graders["SmolLM2-135M-Instruct score"], graders["SmolLM2-135M-Instruct generate"]
+        )
     write_report(rows, agreement, args.sample)
 
 
 def argmax_agreement(session: object, score_pk: int, generate_pk: int) -> tuple[int, int, int]:
     """(cells, arg-max == first digit written, arg-max == reference parse of the text)."""
+
     def by_cell(pk: int) -> dict[tuple[int, str], tuple[str | None, int | None]]:
-        query = select(Grade.pool_entry_pk, Grade.item_id, Grade.raw_answer, Grade.self_rating).where(Grade.grader_pk == pk)
+        query = select(Grade.pool_entry_pk, Grade.item_id, Grade.raw_answer, Grade.self_rating).where(
+            Grade.grader_pk == pk
+        )
         return {(e, i): (raw, rating) for e, i, raw, rating in session.execute(query).all()}  # type: ignore[attr-defined]
 
     scored, generated = by_cell(score_pk), by_cell(generate_pk)

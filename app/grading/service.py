@@ -73,31 +73,34 @@ def build_method(spec: GraderSpec) -> GradingMethod:
         from app.grading.similarity import SimilarityGrader
 
         return SimilarityGrader(spec.model_ref, prompt_type=spec.prompt_type, device=spec.device)
-    prompt = spec._prompt()
+    return PromptGrader(spec._prompt(), build_backend(spec), spec.mode, spec.json_mode)
+
+
+def build_backend(spec: GraderSpec) -> Any:
+    """The LLM backend of a spec (hf or openai), not yet loaded."""
     if spec.backend == "openai":
         from app.grading.backends.openai_http import OpenAIBackend
 
-        backend: Any = OpenAIBackend(
+        return OpenAIBackend(
             spec.model_ref,
             base_url=spec.base_url,
             endpoint=spec.endpoint,
             max_tokens=spec.max_tokens,
+            max_output_tokens=spec.max_new_tokens or 64,
             seed=spec.seed,
             concurrency=spec.concurrency,
         )
-    else:
-        from app.grading.backends.hf import HuggingFaceBackend
+    from app.grading.backends.hf import HuggingFaceBackend
 
-        backend = HuggingFaceBackend(
-            spec.model_ref,
-            device=spec.device,
-            dtype=spec.dtype,
-            max_tokens=spec.max_tokens,
-            batch_tokens=spec.batch_tokens,
-            num_beams=spec.num_beams,
-            max_new_tokens=spec.max_new_tokens,
-        )
-    return PromptGrader(prompt, backend, spec.mode, spec.json_mode)
+    return HuggingFaceBackend(
+        spec.model_ref,
+        device=spec.device,
+        dtype=spec.dtype,
+        max_tokens=spec.max_tokens,
+        batch_tokens=spec.batch_tokens,
+        num_beams=spec.num_beams,
+        max_new_tokens=spec.max_new_tokens,
+    )
 
 
 def rubric_version(session: Session, collection: Collection, number: int | None) -> RubricVersion | None:

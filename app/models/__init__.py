@@ -12,6 +12,8 @@ from app.models.collection import (
     System,
 )
 from app.models.grading import DIRECT_ITEM, Grade, GradeCache, Grader
+from app.models.jobs import Job, JobBatch
+from app.models.review import ROLES, GradeOverride, ItemFlag, User
 from app.models.rubric import BankItem, RubricVersion, RubricVersionItem
 
 __all__ = [
@@ -22,6 +24,12 @@ __all__ = [
     "Grade",
     "GradeCache",
     "Grader",
+    "GradeOverride",
+    "ItemFlag",
+    "ROLES",
+    "User",
+    "Job",
+    "JobBatch",
     "Judgment",
     "OfficialRank",
     "Passage",

@@ -122,7 +122,7 @@ def import_banks(session: Session, collection: Collection, paths: list[Path]) ->
                 specs.append(spec)
                 meta[f"{spec.kind}:{bank.query_id}"] = _bank_meta(bank)
             _add_facet(session, writer.query_pks[bank.query_id], bank)
-    item_pks = _store_items(session, collection, writer, specs)
+    item_pks = store_items(session, collection, writer, specs)
     _new_version_if_changed(session, collection, writer, specs, item_pks, meta)
     session.flush()
     return writer.report
@@ -137,9 +137,7 @@ def _add_facet(session: Session, query_pk: int, bank: BankIn) -> None:
         query.facets = [*facets, {"facet_id": bank.facet_id, "text": bank.facet_text}]
 
 
-def _store_items(
-    session: Session, collection: Collection, writer: CollectionWriter, specs: list[ItemSpec]
-) -> list[int]:
+def store_items(session: Session, collection: Collection, writer: CollectionWriter, specs: list[ItemSpec]) -> list[int]:
     rows = [
         {
             "collection_id": collection.id,
@@ -192,21 +190,45 @@ def _new_version_if_changed(
     new_items = [pk for _, pk in ordered]
     if new_items == version_item_pks(session, previous):
         return
+    create_version(
+        session,
+        collection,
+        new_items,
+        created_by="import",
+        note="imported test bank",
+        bank_meta={**(previous.bank_meta if previous else {}), **meta},
+    )
+    writer.report.add("rubric_versions", 1)
+    writer.report.add("bank_items", len(new_items))
+
+
+def create_version(
+    session: Session,
+    collection: Collection,
+    item_pks: list[int],
+    *,
+    created_by: str,
+    note: str,
+    status: str = "published",
+    bank_meta: dict[str, Any] | None = None,
+) -> RubricVersion:
+    """A new immutable rubric version listing ``item_pks`` in order, numbered after the newest one."""
     number = (
         session.scalar(select(func.max(RubricVersion.number)).where(RubricVersion.collection_id == collection.id)) or 0
     ) + 1
     version = RubricVersion(
         collection_id=collection.id,
         number=number,
-        created_by="import",
-        note="imported test bank",
-        bank_meta={**(previous.bank_meta if previous else {}), **meta},
+        created_by=created_by,
+        note=note,
+        status=status,
+        bank_meta=bank_meta or {},
     )
     session.add(version)
     session.flush()
-    session.execute(
-        insert(RubricVersionItem),
-        [{"version_pk": version.id, "item_pk": pk, "position": i} for i, pk in enumerate(new_items)],
-    )
-    writer.report.add("rubric_versions", 1)
-    writer.report.add("bank_items", len(new_items))
+    if item_pks:
+        session.execute(
+            insert(RubricVersionItem),
+            [{"version_pk": version.id, "item_pk": pk, "position": i} for i, pk in enumerate(item_pks)],
+        )
+    return version

@@ -74,6 +74,19 @@ class HuggingFaceBackend:
         self._tokenizer: Any = None
         self.is_seq2seq = False
 
+    @classmethod
+    def from_loaded(cls, label: str, model: Any, tokenizer: Any, **options: Any) -> HuggingFaceBackend:
+        """Wrap a model and tokenizer already in memory (e.g. built from a config, or fine-tuned in-process)."""
+        backend = cls(label, **options)
+        backend._model = model.to(backend.device).eval()
+        backend.is_seq2seq = bool(getattr(model.config, "is_encoder_decoder", False))
+        if not backend.is_seq2seq:
+            tokenizer.padding_side = "left"
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        backend._tokenizer = tokenizer
+        return backend
+
     # ---- loading -------------------------------------------------------------------------
 
     def _torch_dtype(self) -> Any:
@@ -137,8 +150,9 @@ class HuggingFaceBackend:
             "revision": self.source.revision,
             "dtype": self.dtype_name,
             "max_tokens": self.max_tokens,
-            "num_beams": self.num_beams,
-            "max_new_tokens": self.max_new_tokens,
+            # as requested: None means the architecture's default (identity must not load the model)
+            "num_beams": self._num_beams,
+            "max_new_tokens": self._max_new_tokens,
             "chat_template": self.use_chat_template,
         }
 

@@ -8,6 +8,7 @@ as a ``BackendError`` for that cell: nothing is skipped silently.
 from __future__ import annotations
 
 import math
+import os
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -67,7 +68,7 @@ class OpenAIBackend:
         # The SDK's own retries are off: ours are counted, jittered and capped the same way everywhere.
         self._client = openai.OpenAI(
             base_url=self.base_url,
-            api_key=api_key or settings.openai_api_key or "not-needed",
+            api_key=api_key or settings.openai_api_key or os.environ.get("OPENAI_API_KEY") or "not-needed",
             max_retries=0,
             timeout=timeout,
         )

@@ -1,0 +1,57 @@
+"""The embedded worker: with no Redis, the same tasks run in threads of this process.
+
+One grading thread (models are not shared between threads) and a small pool for CPU work, using
+the same job rows and the same ``execute_batch`` as a Celery worker. This is what ``rubric demo``
+uses; production runs Redis and separate ``rubric worker`` processes.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from functools import lru_cache
+
+from app.db import session_scope
+from app.jobs.events import after_batch
+from app.jobs.service import execute_batch
+
+log = logging.getLogger(__name__)
+
+
+class EmbeddedWorker:
+    def __init__(self) -> None:
+        self.grading = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rubric-grading")
+        self.cpu = ThreadPoolExecutor(max_workers=2, thread_name_prefix="rubric-cpu")
+        self._pending: set[Future[None]] = set()
+        self._lock = threading.Lock()
+
+    def submit_batches(self, batch_ids: list[int]) -> None:
+        for batch_id in batch_ids:
+            future = self.grading.submit(self._run, batch_id)
+            with self._lock:
+                self._pending.add(future)
+            future.add_done_callback(self._forget)
+
+    def _forget(self, future: Future[None]) -> None:
+        with self._lock:
+            self._pending.discard(future)
+
+    def idle(self) -> bool:
+        with self._lock:
+            return not self._pending
+
+    @staticmethod
+    def _run(batch_id: int) -> None:
+        try:
+            with session_scope() as session:
+                job = execute_batch(session, batch_id)
+                if job is not None:
+                    after_batch(session, job)
+        except Exception:  # a thread has nobody to raise to; the sweep requeues the batch
+            log.exception("embedded batch %s failed", batch_id)
+
+
+@lru_cache(maxsize=1)
+def embedded_worker() -> EmbeddedWorker:
+    return EmbeddedWorker()

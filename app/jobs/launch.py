@@ -1,0 +1,95 @@
+"""Launching grading work: full grades, one query, a new run, or exactly the cells a rubric edit affects."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.db import session_scope
+from app.grading.engine import CellScope
+from app.grading.service import GraderSpec, plan_for
+from app.jobs import service
+from app.jobs.dispatch import dispatch
+from app.jobs.events import after_batch
+from app.models import Collection, Job, RankingEntry, System
+from app.rubrics.editing import EditResult
+
+
+def collection_grader(session: Session, collection: Collection) -> GraderSpec:
+    """The grader this collection was last graded with (the default grader before any job)."""
+    params = session.scalar(
+        select(Job.params)
+        .where(Job.collection_id == collection.id, Job.kind.in_(("grade", "regrade")))
+        .order_by(Job.id.desc())
+        .limit(1)
+    )
+    return GraderSpec.from_dict(params["grader"]) if params else GraderSpec()
+
+
+def system_scope(session: Session, collection: Collection, system_names: Iterable[str]) -> CellScope:
+    """The pool entries that some systems retrieved: a new run's cells."""
+    entries = session.scalars(
+        select(RankingEntry.pool_entry_pk)
+        .join(System, System.id == RankingEntry.system_pk)
+        .where(System.collection_id == collection.id, System.name.in_(list(system_names)))
+    )
+    return CellScope(pool_entry_pks=frozenset(entries))
+
+
+def launch_grading(
+    session: Session,
+    collection: Collection,
+    spec: GraderSpec,
+    *,
+    scope: CellScope = CellScope(),
+    rubric_version: int | None = None,
+    launched_by: str = "cli",
+    kind: str = "grade",
+    batch_cells: int = service.BATCH_CELLS,
+) -> Job:
+    cells = plan_for(session, collection, spec, rubric_version, scope)
+    return service.launch(
+        session,
+        collection,
+        spec,
+        cells,
+        kind=kind,
+        launched_by=launched_by,
+        rubric_version=rubric_version,
+        batch_cells=batch_cells,
+    )
+
+
+def launch_after_edit(
+    session: Session, collection: Collection, result: EditResult, spec: GraderSpec, launched_by: str
+) -> Job:
+    """Regrade exactly the new or edited items' cells (a deletion needs no grading, only a new leaderboard)."""
+    scope = CellScope(item_ids=frozenset(result.added_item_ids))
+    if not result.added_item_ids:
+        return service.launch(
+            session, collection, spec, [], kind="regrade", launched_by=launched_by, rubric_version=result.version.number
+        )
+    return launch_grading(
+        session,
+        collection,
+        spec,
+        scope=scope,
+        rubric_version=result.version.number,
+        launched_by=launched_by,
+        kind="regrade",
+    )
+
+
+def start(job_id: int) -> None:
+    """After the launching transaction committed: hand the batches to the workers (or announce an empty job)."""
+    with session_scope() as session:
+        batch_ids = service.queued_batches(session, job_id)
+        job = session.get_one(Job, job_id)
+        if not batch_ids:
+            after_batch(session, job)
+    dispatch(batch_ids)
+
+
+__all__ = ["collection_grader", "launch_after_edit", "launch_grading", "start", "system_scope"]

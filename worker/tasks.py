@@ -1,0 +1,28 @@
+"""Celery tasks: thin wrappers that take ids and call the same code as the embedded worker."""
+
+from __future__ import annotations
+
+from app.config import get_settings
+from app.db import session_scope
+from app.jobs.dispatch import dispatch
+from app.jobs.events import after_batch
+from app.jobs.service import execute_batch, orphaned_batches
+from worker.celery_app import app
+
+
+@app.task(name="grading.grade_cells")
+def grade_cells(batch_id: int) -> None:
+    """Grade one batch of cells (idempotent: a finished batch is skipped, rows are upserts)."""
+    with session_scope() as session:
+        job = execute_batch(session, batch_id)
+        if job is not None:
+            after_batch(session, job)
+
+
+@app.task(name="jobs.sweep")
+def sweep() -> list[int]:
+    """Requeue the batches of live jobs whose worker stopped sending heartbeats."""
+    with session_scope() as session:
+        requeued = orphaned_batches(session, get_settings().job_stale_seconds)
+    dispatch(requeued)
+    return requeued
