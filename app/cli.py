@@ -530,5 +530,84 @@ def collections_command() -> None:
             typer.echo("\t".join(str(v) for v in row))
 
 
+user_app = typer.Typer(help="Accounts of the web workbench.", no_args_is_help=True)
+app.add_typer(user_app, name="user")
+
+
+@user_app.command("add")
+def user_add(
+    name: Annotated[str, typer.Argument(help="User name.")],
+    role: Annotated[str, typer.Option("--role", help="viewer, judge or organizer.")] = "viewer",
+    password: Annotated[
+        str | None, typer.Option("--password", help="Default: asked for on the terminal.", envvar="RUBRIC_PASSWORD")
+    ] = None,
+) -> None:
+    """Create a user of the web workbench (argon2-hashed password)."""
+    from app.accounts.service import create_user
+
+    secret = password or typer.prompt("password", hide_input=True, confirmation_prompt=True)
+    with _user_errors(), _session() as session:
+        create_user(session, name, role, secret)
+    err.print(f"created {role} {name!r}")
+
+
+@app.command("serve")
+def serve_command(
+    host: Annotated[str, typer.Option("--host")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port")] = 8000,
+) -> None:
+    """Serve the web workbench (jobs go to Celery when RUBRIC_REDIS_URL is set, else run in-process)."""
+    import uvicorn
+
+    from app.web.main import create_app
+
+    uvicorn.run(create_app(), host=host, port=port, log_level="info")
+
+
+@app.command("demo")
+def demo_command(
+    host: Annotated[str, typer.Option("--host")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port")] = 8000,
+    directory: Annotated[Path, typer.Option("--dir", help="Where the demo database lives.")] = Path("rubric-demo"),
+    no_serve: Annotated[bool, typer.Option("--no-serve", help="Set up and grade, then exit.")] = False,
+) -> None:
+    """Set up a SQLite demo (sample collection, graded by the default model, demo accounts) and serve it."""
+    from app.demo import prepare_demo
+
+    accounts = prepare_demo(directory)
+    typer.echo("Demo accounts (name / password):")
+    for name, role, password in accounts:
+        typer.echo(f"  {role:<10} {name} / {password}")
+    if no_serve:
+        return
+    typer.echo(f"Serving on http://{host}:{port}  (Ctrl-C stops)")
+    serve_command(host=host, port=port)
+
+
+@app.command("worker")
+def worker_command(
+    queues: Annotated[str, typer.Option("--queues", help="Comma-separated: gpu (grading), default (CPU).")] = (
+        "gpu,default"
+    ),
+    concurrency: Annotated[int, typer.Option("--concurrency", help="Worker processes (1 = solo pool).")] = 1,
+    loglevel: Annotated[str, typer.Option("--loglevel")] = "info",
+) -> None:
+    """Start a Celery worker on RUBRIC_REDIS_URL (one model per process, loaded on the first batch)."""
+    from app.config import get_settings
+
+    if not get_settings().redis_url:
+        _fail("RUBRIC_REDIS_URL is not set: a worker needs Redis (without it, jobs run in the web process)")
+    from worker.celery_app import app as celery_app
+
+    pool = ["--pool", "solo"] if concurrency == 1 else ["--pool", "prefork", "--concurrency", str(concurrency)]
+    celery_app.worker_main(
+        ["worker", "--queues", queues, *pool, "--loglevel", loglevel, "--without-gossip", "--without-mingle"]
+    )
+
+
 def main() -> None:
     app()
+
+
+if __name__ == "__main__":
+    main()

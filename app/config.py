@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from functools import lru_cache
 from pathlib import Path
 
@@ -34,6 +35,11 @@ class Settings(BaseSettings):
     visibility_timeout: int = 3600
     # Price table for estimates of API grading jobs: {"model": {"input_per_1k": 0.00015, "output_per_call": 0}}
     prices: dict[str, dict[str, float]] = Field(default_factory=dict)
+    # Web: the session-cookie signing key (set it in production; the default changes on every start),
+    # HTTPS-only cookies, and whether every rubric change needs a short reason.
+    secret_key: str = Field(default_factory=lambda: secrets.token_hex(32))
+    secure_cookies: bool = False
+    require_edit_note: bool = False
 
 
 @lru_cache

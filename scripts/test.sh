@@ -3,7 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
-export RUBRIC_REQUIRE_POSTGRES=1
+export RUBRIC_REQUIRE_POSTGRES=1 RUBRIC_REQUIRE_REDIS=1
 .venv/bin/ruff check app worker tests bench
 .venv/bin/mypy
 exec .venv/bin/python -m pytest "$@"

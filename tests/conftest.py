@@ -7,6 +7,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -182,3 +183,53 @@ def _use_database(url: str, backend: str, monkeypatch: pytest.MonkeyPatch) -> It
     engine_for(url).dispose()
     engine_for.cache_clear()
     get_settings.cache_clear()
+
+
+# -- Redis: a throwaway server on a loopback port --------------------------------------------
+
+
+@dataclass
+class RedisServer:
+    port: int
+    directory: Path
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        # appendonly: queued Celery messages survive a restart, as on a production Redis.
+        self.process = subprocess.Popen(
+            ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--save", "", "--appendonly", "yes",
+             "--dir", str(self.directory)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", self.port)) == 0:
+                    return
+            time.sleep(0.05)
+        raise RuntimeError("redis-server did not start")
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(10)
+            self.process = None
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    """A real redis-server (Debian's package, installed by scripts/bootstrap.sh)."""
+    if shutil.which("redis-server") is None:
+        if os.environ.get("RUBRIC_REQUIRE_REDIS") == "1":
+            pytest.fail("redis-server is required (RUBRIC_REQUIRE_REDIS=1) but not installed")
+        pytest.skip("redis-server not installed")
+    server = RedisServer(_free_port(), tmp_path / "redis")
+    server.directory.mkdir()
+    server.start()
+    yield server
+    server.stop()

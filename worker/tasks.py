@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from app.config import get_settings
 from app.db import session_scope
+from app.events import publish
 from app.jobs.dispatch import dispatch
-from app.jobs.events import after_batch
-from app.jobs.service import execute_batch, orphaned_batches
+from app.jobs.events import after_batch, job_event
+from app.jobs.service import execute_batch, execute_generation, orphaned_batches
 from worker.celery_app import app
 
 
@@ -26,3 +27,11 @@ def sweep() -> list[int]:
         requeued = orphaned_batches(session, get_settings().job_stale_seconds)
     dispatch(requeued)
     return requeued
+
+
+@app.task(name="banks.generate")
+def generate(job_id: int) -> None:
+    """Draft test-bank items with an LLM into a draft rubric version."""
+    with session_scope() as session:
+        job = execute_generation(session, job_id)
+        publish(job.collection_id, job_event(job))

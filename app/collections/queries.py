@@ -15,6 +15,7 @@ from app.models import (
     BankItem,
     Collection,
     Grade,
+    GradeOverride,
     Grader,
     Judgment,
     Passage,
@@ -131,10 +132,33 @@ def version_item_ids(session: Session, version: RubricVersion) -> set[str]:
     )
 
 
+def load_overrides(session: Session, pool: PoolKeys) -> dict[int, dict[str, int]]:
+    """Judges' grade overrides: pool entry → item id → rating."""
+    result: dict[int, dict[str, int]] = defaultdict(dict)
+    rows = session.execute(
+        _in_collection(
+            select(GradeOverride.pool_entry_pk, GradeOverride.item_id, GradeOverride.rating),
+            GradeOverride.pool_entry_pk,
+            pool,
+        )
+    ).all()
+    for entry_pk, item_id, rating in rows:
+        result[entry_pk][item_id] = rating
+    return result
+
+
 def load_graded_pool(
-    session: Session, pool: PoolKeys, grader: Grader, *, item_ids: set[str] | None = None
+    session: Session,
+    pool: PoolKeys,
+    grader: Grader,
+    *,
+    item_ids: set[str] | None = None,
+    overrides: dict[int, dict[str, int]] | None = None,
 ) -> GradedPool:
-    """query → passage → PassageGrade for one grader; ``item_ids`` restricts to a rubric version's items."""
+    """query → passage → PassageGrade for one grader; ``item_ids`` restricts to a rubric version's items.
+
+    With ``overrides``, a judge's rating replaces the grader's for that cell (and counts as answered iff > 0).
+    """
     ratings: dict[int, dict[str, int]] = defaultdict(dict)
     correct: dict[int, set[str]] = defaultdict(set)
     graded: dict[int, set[str]] = defaultdict(set)
@@ -148,6 +172,9 @@ def load_graded_pool(
         if item_ids is not None and item_id and item_id not in item_ids:
             continue
         graded[entry_pk].add(item_id)
+        human = (overrides or {}).get(entry_pk, {}).get(item_id)
+        if human is not None:
+            rating, is_correct = human, human > 0
         if rating is not None:
             ratings[entry_pk][item_id] = rating
         if is_correct:

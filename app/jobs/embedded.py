@@ -13,8 +13,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from functools import lru_cache
 
 from app.db import session_scope
-from app.jobs.events import after_batch
-from app.jobs.service import execute_batch
+from app.events import publish
+from app.jobs.events import after_batch, job_event
+from app.jobs.service import execute_batch, execute_generation
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +34,12 @@ class EmbeddedWorker:
                 self._pending.add(future)
             future.add_done_callback(self._forget)
 
+    def submit_generation(self, job_id: int) -> None:
+        future = self.grading.submit(self._generate, job_id)
+        with self._lock:
+            self._pending.add(future)
+        future.add_done_callback(self._forget)
+
     def _forget(self, future: Future[None]) -> None:
         with self._lock:
             self._pending.discard(future)
@@ -40,6 +47,15 @@ class EmbeddedWorker:
     def idle(self) -> bool:
         with self._lock:
             return not self._pending
+
+    @staticmethod
+    def _generate(job_id: int) -> None:
+        try:
+            with session_scope() as session:
+                job = execute_generation(session, job_id)
+                publish(job.collection_id, job_event(job))
+        except Exception:
+            log.exception("embedded drafting job %s failed", job_id)
 
     @staticmethod
     def _run(batch_id: int) -> None:

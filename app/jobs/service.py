@@ -283,3 +283,63 @@ def execute_batch(session: Session, batch_id: int, backoff: float = 1.0) -> Job 
     job = refresh_job(session, batch.job_pk)
     session.commit()
     return job
+
+
+# ---- test-bank drafting jobs ------------------------------------------------------------------
+
+
+def launch_generation(
+    session: Session,
+    collection: Collection,
+    spec: GraderSpec,
+    *,
+    kind: str,
+    style: str,
+    query_ids: list[str],
+    launched_by: str,
+) -> Job:
+    """A job that drafts items with an LLM into a draft rubric version (one unit of work per query)."""
+    job = Job(
+        collection_id=collection.id,
+        kind="generate",
+        launched_by=launched_by,
+        params={"grader": spec.as_dict(), "kind": kind, "style": style, "query_ids": query_ids},
+        total=len(query_ids),
+    )
+    session.add(job)
+    session.flush()
+    return job
+
+
+def execute_generation(session: Session, job_id: int) -> Job:
+    """Run a drafting job (commits, as a task does); failures are recorded per query in the message."""
+    from app.grading.service import build_backend
+    from app.rubrics.generation import draft_bank
+
+    job = session.get_one(Job, job_id)
+    if job.state != "queued":
+        return job
+    job.state, job.started_at = "running", utcnow()
+    session.commit()
+    params = job.params
+    try:
+        report = draft_bank(
+            session,
+            session.get_one(Collection, job.collection_id),
+            build_backend(GraderSpec.from_dict(params["grader"])),
+            kind=params["kind"],
+            style=params["style"],
+            query_ids=params["query_ids"],
+            created_by=job.launched_by,
+        )
+        job.done, job.errors = job.total - len(report.failures), len(report.failures)
+        job.message = f"draft version {report.version_number}: {report.items} items" if report.version_number else ""
+        job.message += "".join(f"; {q}: {why}" for q, why in report.failures.items())
+        job.state = "done" if report.version_number else "failed"
+    except Exception as error:  # noqa: BLE001  the job row says what went wrong
+        session.rollback()
+        job = session.get_one(Job, job_id)
+        job.state, job.message = "failed", f"{type(error).__name__}: {error}"
+    job.finished_at = utcnow()
+    session.commit()
+    return job

@@ -34,6 +34,7 @@ class LeaderboardRequest:
     reference_rounding: bool = False
     bootstrap_samples: int = 1000
     bootstrap_seed: int = 42
+    include_overrides: bool = False  # judges' grade overrides replace the grader's ratings
 
 
 @dataclass(slots=True)
@@ -51,6 +52,7 @@ def load_evaluation_data(
     model: str | None,
     prompt_class: str | None,
     rubric_version: int | None = None,
+    include_overrides: bool = False,
 ) -> EvaluationData:
     """Everything a leaderboard needs, read in a few set-based queries."""
     grader = queries.select_grader(session, collection, model=model, prompt_class=prompt_class)
@@ -58,7 +60,8 @@ def load_evaluation_data(
     item_ids = None
     if rubric_version is not None:
         item_ids = queries.version_item_ids(session, _version(session, collection, rubric_version))
-    graded = queries.load_graded_pool(session, pool, grader, item_ids=item_ids)
+    overrides = queries.load_overrides(session, pool) if include_overrides else None
+    graded = queries.load_graded_pool(session, pool, grader, item_ids=item_ids, overrides=overrides)
     return EvaluationData(grader, graded, queries.load_rankings(session, collection, pool), pool)
 
 
@@ -144,6 +147,7 @@ def build_leaderboard(
             "rubric_version": request.rubric_version,
             "reference_rounding": request.reference_rounding,
             "bootstrap_samples": request.bootstrap_samples,
+            "include_overrides": request.include_overrides,
         },
     )
 
@@ -158,6 +162,7 @@ def compute_leaderboard(
         model=request.model,
         prompt_class=request.prompt_class,
         rubric_version=request.rubric_version,
+        include_overrides=request.include_overrides,
     )
     if official is None:
         official = official_leaderboard(session, collection) or None

@@ -120,6 +120,8 @@ def _apply(
     removed: list[str],
 ) -> list[int]:
     if change.action == "add":
+        if item_id_for(change.query_id, (change.text or "").strip()) in by_item_id:
+            raise ValueError("the rubric already has this item")
         pk = _new_item(session, collection, writer, change, change.text or "")
         items[pk] = session.get_one(BankItem, pk)
         by_item_id[items[pk].item_id] = pk

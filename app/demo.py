@@ -1,0 +1,65 @@
+"""`rubric demo`: a self-contained SQLite workbench with the sample collection, graded in embedded mode."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from sqlalchemy import select
+
+from app.accounts.service import create_user
+from app.collections.service import ensure_collection, import_interchange, import_official, import_queries
+from app.config import get_settings
+from app.db import engine_for, session_scope
+from app.grading.service import GraderSpec
+from app.jobs.launch import launch_grading, start
+from app.migrate import upgrade
+from app.models import Collection, Job, User
+from app.rubrics.service import import_banks
+from app.samples import NAME, write_sample
+
+DEMO_ACCOUNTS = (
+    ("viewer", "viewer", "viewer-demo"),
+    ("judge", "judge", "judge-demo"),
+    ("organizer", "organizer", "organizer-demo"),
+)
+
+
+def prepare_demo(directory: Path) -> list[tuple[str, str, str]]:
+    """Create (or reuse) the demo database, import and grade the sample, create the accounts."""
+    directory.mkdir(parents=True, exist_ok=True)
+    os.environ["RUBRIC_DATABASE_URL"] = f"sqlite:///{directory.resolve() / 'demo.sqlite'}"
+    os.environ.pop("RUBRIC_REDIS_URL", None)  # embedded mode: no services needed
+    os.environ.setdefault("RUBRIC_SECRET_KEY", "rubric-demo-" + str(directory.resolve()))
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    get_settings.cache_clear()
+    engine_for.cache_clear()
+    upgrade(get_settings().database_url)
+    with session_scope() as session:
+        if session.scalar(select(Collection).where(Collection.name == NAME)) is None:
+            files = write_sample(directory / "sample")
+            collection = ensure_collection(session, NAME)
+            import_queries(session, collection, files.queries)
+            import_interchange(session, collection, files.passages)
+            import_banks(session, collection, [files.bank])
+            import_official(session, collection, files.official)
+        for name, role, password in DEMO_ACCOUNTS:
+            if session.scalar(select(User).where(User.name == name)) is None:
+                create_user(session, name, role, password)
+    _grade_sample()
+    return [(name, role, password) for name, role, password in DEMO_ACCOUNTS]
+
+
+def _grade_sample() -> None:
+    with session_scope() as session:
+        collection = session.scalars(select(Collection).where(Collection.name == NAME)).one()
+        job = launch_grading(session, collection, GraderSpec(), launched_by="demo")
+        session.commit()
+        job_id = job.id
+    start(job_id)
+    while True:
+        with session_scope() as session:
+            if session.get_one(Job, job_id).state not in ("queued", "running"):
+                return
+        time.sleep(0.2)

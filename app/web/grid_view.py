@@ -1,0 +1,172 @@
+"""The passage × item grid of one query, as a view model: server-side filters and pagination."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import HTTPException
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.collections.queries import GraderSelectionError, select_grader
+from app.grading.service import GraderSpec, build_method
+from app.models import (
+    BankItem,
+    Collection,
+    Grade,
+    GradeOverride,
+    Judgment,
+    Passage,
+    PoolEntry,
+    Query,
+    RankingEntry,
+    System,
+)
+from app.rubrics.service import latest_version, version_item_pks
+
+PAGE_SIZE = 50
+RELEVANT = 2  # judged relevant at 2+ (TREC DL's "highly relevant"/"perfect" levels)
+HIGH_GRADE = 4  # a grade that claims the passage answers the item
+
+
+@dataclass(frozen=True, slots=True)
+class GridFilters:
+    system: str | None = None
+    judged: str = "any"  # any | judged | unjudged
+    min_grade: int | None = None
+    disagree: bool = False  # judged relevant but never graded high, or graded high but judged non-relevant
+    page: int = 1
+
+
+def _grader_pk(session: Session, collection: Collection, spec: GraderSpec) -> tuple[int | None, str]:
+    config = build_method(spec).config()
+    try:
+        grader = select_grader(session, collection, model=config.model, prompt_class=config.prompt_class)
+    except GraderSelectionError:
+        return None, f"{config.model} / {config.prompt_class}"
+    return grader.id, f"{grader.model} / {grader.prompt_class}"
+
+
+def _items(session: Session, collection: Collection, query: Query) -> list[BankItem]:
+    pks = version_item_pks(session, latest_version(session, collection))
+    found = {
+        i.id: i for i in session.scalars(select(BankItem).where(BankItem.id.in_(pks), BankItem.query_pk == query.id))
+    }
+    return [found[pk] for pk in pks if pk in found]
+
+
+def _cell(grade: Grade | None, override: GradeOverride | None) -> dict[str, Any]:
+    rating = grade.self_rating if grade is not None else None
+    confidence = max(grade.probabilities.values()) if grade is not None and grade.probabilities else None
+    shown = override.rating if override is not None else rating
+    return {
+        "rating": rating,
+        "shown": shown,
+        "css": f"g{shown}" if shown is not None else "gnone",
+        "expected": grade.expected_grade if grade is not None else None,
+        "confidence": confidence,
+        "answer": (grade.extracted_answer or grade.raw_answer or "") if grade is not None else "",
+        "error": grade.error if grade is not None else None,
+        "override": {"rating": override.rating, "judge": override.judge} if override is not None else None,
+    }
+
+
+def build(
+    session: Session, collection: Collection, query: Query, spec: GraderSpec, filters: GridFilters
+) -> dict[str, Any]:
+    grader_pk, grader_label = _grader_pk(session, collection, spec)
+    items = _items(session, collection, query)
+    entries = session.execute(
+        select(PoolEntry.id, Passage.passage_id, Passage.text)
+        .join(Passage, Passage.id == PoolEntry.passage_pk)
+        .where(PoolEntry.query_pk == query.id)
+        .order_by(PoolEntry.position, PoolEntry.id)
+    ).all()
+    entry_pks = [e.id for e in entries]
+    judged: dict[int, int] = {}
+    for judged_entry, relevance in session.execute(
+        select(Judgment.pool_entry_pk, Judgment.relevance).where(Judgment.pool_entry_pk.in_(entry_pks))
+    ).all():
+        judged[judged_entry] = max(relevance, judged.get(judged_entry, relevance))
+    systems: dict[int, list[tuple[str, int]]] = {}
+    for ranked_entry, name, rank in session.execute(
+        select(RankingEntry.pool_entry_pk, System.name, RankingEntry.rank)
+        .join(System, System.id == RankingEntry.system_pk)
+        .where(RankingEntry.pool_entry_pk.in_(entry_pks))
+        .order_by(RankingEntry.rank)
+    ).all():
+        systems.setdefault(ranked_entry, []).append((name, rank))
+    grades = (
+        {
+            (g.pool_entry_pk, g.item_id): g
+            for g in session.scalars(
+                select(Grade).where(Grade.grader_pk == grader_pk, Grade.pool_entry_pk.in_(entry_pks))
+            )
+        }
+        if grader_pk
+        else {}
+    )
+    overrides = {
+        (o.pool_entry_pk, o.item_id): o
+        for o in session.scalars(select(GradeOverride).where(GradeOverride.pool_entry_pk.in_(entry_pks)))
+    }
+    rows = []
+    for entry in entries:
+        cells = [_cell(grades.get((entry.id, i.item_id)), overrides.get((entry.id, i.item_id))) for i in items]
+        shown = [c["shown"] for c in cells if c["shown"] is not None]
+        rows.append(
+            {
+                "entry": entry.id,
+                "passage_id": entry.passage_id,
+                "text": entry.text or "",
+                "judgment": judged.get(entry.id),
+                "systems": systems.get(entry.id, []),
+                "max_grade": max(shown) if shown else None,
+                "cells": cells,
+            }
+        )
+    rows = [r for r in rows if _keep(r, filters)]
+    rows.sort(key=lambda r: (-(r["max_grade"] if r["max_grade"] is not None else -1), r["passage_id"]))
+    pages = max(1, -(-len(rows) // PAGE_SIZE))
+    page = min(filters.page, pages)
+    all_systems = sorted({name for names in systems.values() for name, _ in names})
+    return {
+        "grader": grader_label,
+        "graded": grader_pk is not None,
+        "columns": [{"item_id": i.item_id, "text": i.text} for i in items],
+        "rows": rows[(page - 1) * PAGE_SIZE : page * PAGE_SIZE],
+        "matching": len(rows),
+        "page": page,
+        "pages": pages,
+        "systems": all_systems,
+    }
+
+
+def _keep(row: dict[str, Any], filters: GridFilters) -> bool:
+    if filters.system and filters.system not in {name for name, _ in row["systems"]}:
+        return False
+    if filters.judged == "judged" and row["judgment"] is None:
+        return False
+    if filters.judged == "unjudged" and row["judgment"] is not None:
+        return False
+    if filters.min_grade is not None and (row["max_grade"] is None or row["max_grade"] < filters.min_grade):
+        return False
+    if filters.disagree:
+        if row["judgment"] is None or row["max_grade"] is None:
+            return False
+        relevant, high = row["judgment"] >= RELEVANT, row["max_grade"] >= HIGH_GRADE
+        return bool(relevant != high)
+    return True
+
+
+def check_cell(session: Session, collection: Collection, pool_entry_pk: int, item_id: str) -> None:
+    """A cell of this collection: the pool entry and the item both belong to it."""
+    entry_query = session.scalar(
+        select(Query.collection_id).join(PoolEntry, PoolEntry.query_pk == Query.id).where(PoolEntry.id == pool_entry_pk)
+    )
+    item = session.scalar(
+        select(BankItem.id).where(BankItem.collection_id == collection.id, BankItem.item_id == item_id)
+    )
+    if entry_query != collection.id or item is None:
+        raise HTTPException(404, "no such cell in this collection")

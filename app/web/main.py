@@ -1,0 +1,64 @@
+"""The FastAPI application: server-rendered pages, htmx fragments, SSE; thin routes over the services.
+
+The web process never imports torch: grading runs in workers (or the embedded worker's threads,
+which load models lazily on their first batch).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import HTTPException
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+from starlette.middleware.sessions import SessionMiddleware
+
+from app.config import get_settings
+from app.web.deps import LoginRequired, csrf_protect, render
+from app.web.routes import analysis, auth, collections, jobs, rubric
+
+STATIC = Path(__file__).resolve().parents[2] / "static"
+
+
+def create_app() -> FastAPI:
+    settings = get_settings()
+    app = FastAPI(title="Rubric Workbench", dependencies=[Depends(csrf_protect)], docs_url=None, redoc_url=None)
+    app.add_middleware(
+        SessionMiddleware,
+        secret_key=settings.secret_key,
+        session_cookie="rubric_session",
+        same_site="lax",
+        https_only=settings.secure_cookies,
+    )
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    for module in (auth, collections, rubric, analysis, jobs):
+        app.include_router(module.router)
+
+    @app.get("/healthz", include_in_schema=False)
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.exception_handler(LoginRequired)
+    def to_login(request: Request, _: LoginRequired) -> Response:
+        if request.headers.get("hx-request") == "true":
+            return Response(status_code=401, headers={"HX-Redirect": "/login"})
+        return RedirectResponse(f"/login?next={request.url.path}", status_code=303)
+
+    @app.exception_handler(HTTPException)
+    def error_page(request: Request, error: HTTPException) -> Response:
+        if request.headers.get("hx-request") == "true" or request.url.path.startswith("/api/"):
+            return HTMLResponse(
+                f'<div class="error" role="alert">{_escape(str(error.detail))}</div>', error.status_code
+            )
+        return render(
+            request, "error.html", {"status": error.status_code, "detail": error.detail}, status=error.status_code
+        )
+
+    return app
+
+
+def _escape(text: str) -> str:
+    from markupsafe import escape
+
+    return str(escape(text))

@@ -1,0 +1,511 @@
+"""Leaderboard (live), version/grader comparison, exports, agreement dashboard, oversight views, SSE."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+from fastapi import APIRouter, Depends, HTTPException, Request
+from fastapi.responses import PlainTextResponse, Response, StreamingResponse
+from scipy.stats import kendalltau
+from sqlalchemy.orm import Session
+
+from app.agreement.service import agreement_tables, as_table
+from app.collections import queries
+from app.collections.queries import GraderSelectionError, graders_of
+from app.collections.service import official_leaderboard
+from app.evaluation.agreement import Confusion
+from app.evaluation.correlation import MissingSystemsError, rank_correlation, scores_to_ranks
+from app.evaluation.cover import OVERALL
+from app.evaluation.formatting import render_tables
+from app.evaluation.qrels import LabelRule, derive_qrels
+from app.evaluation.types import PassageGrade
+from app.events import listen
+from app.leaderboards.service import (
+    LeaderboardRequest,
+    build_leaderboard,
+    leaderboard_json,
+    leaderboard_table,
+    load_evaluation_data,
+    score_systems,
+)
+from app.models import Collection, Grader
+from app.oversight.service import bad_questions_table, uncovered_table, verify_grading_table
+from app.rubrics.service import latest_version
+from app.web import charts
+from app.web.deps import CurrentUser, db, is_htmx, render, require
+from app.web.routes.collections import get_or_404
+
+router = APIRouter()
+MEASURES = ("cover", "n-cover", "P@20", "NDCG@10", "MAP", "RR", "R-prec", "Recall@100")
+
+
+def _grader(session: Session, collection: Collection, grader_id: int | None) -> Grader:
+    graders = graders_of(session, collection)
+    if not graders:
+        raise HTTPException(404, "nothing is graded yet: launch a grading job first")
+    if grader_id is None:
+        return graders[-1]
+    for grader in graders:
+        if grader.id == grader_id:
+            return grader
+    raise HTTPException(404, f"no grader {grader_id} in this collection")
+
+
+def _request(session: Session, collection: Collection, params: dict[str, Any]) -> tuple[LeaderboardRequest, Grader]:
+    grader = _grader(session, collection, _int(params.get("grader")))
+    version = _int(params.get("version"))
+    if version is None and grader.prompt_type != "direct_grading":
+        latest = latest_version(session, collection)
+        version = latest.number if latest else None
+    request = LeaderboardRequest(
+        measure=str(params.get("measure") or "cover"),
+        min_rating=_int(params.get("min_rating"), 4),
+        top_k=_int(params.get("top_k"), 20) or 20,
+        label=str(params.get("label") or "max"),
+        model=grader.model,
+        prompt_class=grader.prompt_class,
+        rubric_version=version,
+        include_overrides=params.get("overrides") in ("1", "on", "true"),
+        bootstrap_samples=1000,
+    )
+    return request, grader
+
+
+def _int(value: Any, default: int | None = None) -> int | None:
+    try:
+        return int(value) if value not in (None, "") else default
+    except (TypeError, ValueError):
+        raise HTTPException(400, f"not a number: {value!r}") from None
+
+
+def board_view(session: Session, collection: Collection, params: dict[str, Any]) -> dict[str, Any]:
+    request, grader = _request(session, collection, params)
+    data = load_evaluation_data(
+        session,
+        collection,
+        model=request.model,
+        prompt_class=request.prompt_class,
+        rubric_version=request.rubric_version,
+        include_overrides=request.include_overrides,
+    )
+    official = official_leaderboard(session, collection) or None
+    try:
+        board = build_leaderboard(data, request, official)
+    except (MissingSystemsError, ValueError) as error:
+        raise HTTPException(400, str(error)) from None
+    systems = [s for s in board.systems if s.system != OVERALL]
+    predicted = scores_to_ranks({s.system: s.score for s in systems})
+    points = [(s.system, predicted[s.system], s.official_rank) for s in systems if s.official_rank is not None]
+    return {
+        "request": request,
+        "grader": {"id": grader.id, "label": f"{grader.model} / {grader.prompt_class}"},
+        "systems": [
+            {
+                "name": s.system,
+                "score": s.score,
+                "stderr": s.stderr,
+                "ci_low": s.ci_low,
+                "ci_high": s.ci_high,
+                "official": s.official_rank,
+                "predicted": predicted.get(s.system),
+            }
+            for s in board.systems
+        ],
+        "correlation": board.correlation,
+        "errorbars": charts.error_bars([(s.system, s.score, s.ci_low, s.ci_high) for s in systems]),
+        "scatter": charts.rank_scatter(points),
+    }
+
+
+def _choices(session: Session, collection: Collection) -> dict[str, Any]:
+    from sqlalchemy import select
+
+    from app.models import RubricVersion
+
+    versions = session.scalars(
+        select(RubricVersion.number)
+        .where(RubricVersion.collection_id == collection.id, RubricVersion.status == "published")
+        .order_by(RubricVersion.number.desc())
+    )
+    return {
+        "graders": [{"id": g.id, "label": f"{g.model} / {g.prompt_class}"} for g in graders_of(session, collection)],
+        "versions": list(versions),
+        "measures": MEASURES,
+    }
+
+
+@router.get("/c/{name}/leaderboard")
+def leaderboard_page(
+    name: str, request: Request, user: CurrentUser = Depends(require("viewer")), session: Session = Depends(db)
+) -> Response:
+    collection = get_or_404(session, name)
+    params = dict(request.query_params)
+    context = {
+        "user": user,
+        "collection": name,
+        "params": params,
+        "board": board_view(session, collection, params),
+        **_choices(session, collection),
+    }
+    return render(request, "leaderboard.html", context, block="board" if is_htmx(request) else None)
+
+
+@router.get("/c/{name}/leaderboard.{fmt}")
+def leaderboard_export(
+    name: str,
+    fmt: str,
+    request: Request,
+    user: CurrentUser = Depends(require("viewer")),
+    session: Session = Depends(db),
+) -> Response:
+    collection = get_or_404(session, name)
+    lb_request, _ = _request(session, collection, dict(request.query_params))
+    data = load_evaluation_data(
+        session,
+        collection,
+        model=lb_request.model,
+        prompt_class=lb_request.prompt_class,
+        rubric_version=lb_request.rubric_version,
+        include_overrides=lb_request.include_overrides,
+    )
+    board = build_leaderboard(data, lb_request, official_leaderboard(session, collection) or None)
+    if fmt == "json":
+        return Response(json.dumps(leaderboard_json(board), indent=1), media_type="application/json")
+    formats = {"tsv": "tsv", "tex": "latex", "md": "md"}
+    if fmt not in formats:
+        raise HTTPException(404, "export as .tsv, .json, .tex or .md")
+    return PlainTextResponse(render_tables([leaderboard_table(board)], formats[fmt]))  # type: ignore[arg-type]
+
+
+@router.get("/c/{name}/qrels")
+def qrels_export(
+    name: str, request: Request, user: CurrentUser = Depends(require("viewer")), session: Session = Depends(db)
+) -> Response:
+    collection = get_or_404(session, name)
+    lb_request, _ = _request(session, collection, dict(request.query_params))
+    data = load_evaluation_data(
+        session,
+        collection,
+        model=lb_request.model,
+        prompt_class=lb_request.prompt_class,
+        rubric_version=lb_request.rubric_version,
+        include_overrides=lb_request.include_overrides,
+    )
+    qrels = derive_qrels(data.graded, LabelRule.parse(lb_request.label, min_rating=lb_request.min_rating))
+    lines = [f"{q} 0 {p} {label}\n" for q, docs in sorted(qrels.items()) for p, label in sorted(docs.items())]
+    return PlainTextResponse("".join(lines), headers={"Content-Disposition": f'attachment; filename="{name}.qrels"'})
+
+
+@router.get("/c/{name}/compare")
+def compare_page(
+    name: str, request: Request, user: CurrentUser = Depends(require("viewer")), session: Session = Depends(db)
+) -> Response:
+    """Two leaderboards (rubric versions or graders) side by side: rank changes and Kendall τ between them."""
+    collection = get_or_404(session, name)
+    params = dict(request.query_params)
+    left = board_view(
+        session, collection, {**params, "version": params.get("a_version"), "grader": params.get("a_grader")}
+    )
+    right = board_view(
+        session, collection, {**params, "version": params.get("b_version"), "grader": params.get("b_grader")}
+    )
+    a = {s["name"]: s for s in left["systems"] if s["name"] != OVERALL}
+    b = {s["name"]: s for s in right["systems"] if s["name"] != OVERALL}
+    common = sorted(set(a) & set(b))
+    tau = (
+        kendalltau([a[s]["score"] for s in common], [b[s]["score"] for s in common]).statistic
+        if len(common) > 1
+        else None
+    )
+    rows = sorted(
+        (
+            {
+                "name": s,
+                "a": a[s]["score"],
+                "b": b[s]["score"],
+                "rank_a": a[s]["predicted"],
+                "rank_b": b[s]["predicted"],
+                "moved": (a[s]["predicted"] or 0) - (b[s]["predicted"] or 0),
+            }
+            for s in common
+        ),
+        key=lambda r: r["rank_b"] or 0,
+    )
+    return render(
+        request,
+        "compare.html",
+        {
+            "user": user,
+            "collection": name,
+            "rows": rows,
+            "tau": tau,
+            "left": left,
+            "right": right,
+            "params": params,
+            **_choices(session, collection),
+        },
+    )
+
+
+# ---- agreement ------------------------------------------------------------------------------
+
+
+def _kappa(pairs: list[tuple[bool, bool]]) -> tuple[float, Confusion]:
+    tp = sum(1 for p, r in pairs if p and r)
+    fp = sum(1 for p, r in pairs if p and not r)
+    fn = sum(1 for p, r in pairs if not p and r)
+    stats = Confusion(tp, fp, fn, len(pairs) - tp - fp - fn)
+    return stats.kappa(), stats
+
+
+def agreement_view(
+    session: Session,
+    collection: Collection,
+    grader: Grader,
+    min_answers: int,
+    min_judgment: int,
+    official: dict[str, float],
+) -> dict[str, Any]:
+    tables = agreement_tables(
+        session,
+        collection,
+        min_answers=[min_answers],
+        min_judgment=min_judgment,
+        model=grader.model,
+        prompt_class=grader.prompt_class,
+    )
+    pool = queries.pool_keys(session, collection)
+    graded = queries.load_graded_pool(session, pool, grader)
+    judgments = queries.load_judgments(session, pool)
+    judged = [(q, p, max(js)) for q, docs in judgments.items() for p, js in docs.items() if js]
+    sweep = []
+    for tau in range(1, 6):
+        pairs = [(_max(graded, q, p) >= tau, rel >= min_judgment) for q, p, rel in judged if p in graded.get(q, {})]
+        kappa, _ = _kappa(pairs)
+        correlation = _leaderboard_tau(session, collection, grader, tau, official)
+        sweep.append({"tau": tau, "kappa": kappa, "kendall": correlation})
+    return {
+        "tables": [_table_view(as_table(t), t) for t in tables],
+        "sweep": sweep,
+        "per_item": _per_item(graded, judgments, min_judgment),
+        "overrides": _override_agreement(session, pool, graded),
+    }
+
+
+def _max(graded: Any, query_id: str, passage_id: str) -> int:
+    grade: PassageGrade = graded[query_id][passage_id]
+    return max(grade.ratings.values(), default=0)
+
+
+def _leaderboard_tau(
+    session: Session, collection: Collection, grader: Grader, tau: int, official: dict[str, float]
+) -> float | None:
+    if not official:
+        return None
+    data = load_evaluation_data(session, collection, model=grader.model, prompt_class=grader.prompt_class)
+    scores = score_systems(data, LeaderboardRequest(measure="cover", min_rating=tau, bootstrap_samples=0))
+    try:
+        return rank_correlation({s.system: s.score for s in scores if s.system != OVERALL}, official).kendall
+    except MissingSystemsError:
+        return None
+
+
+def _per_item(graded: Any, judgments: Any, min_judgment: int, tau: int = 4) -> list[dict[str, Any]]:
+    """For each item, κ of "rated ≥ 4" against "judged relevant" over its query's judged passages."""
+    result = []
+    for query_id, docs in graded.items():
+        items = sorted({i for grade in docs.values() for i in grade.ratings})
+        for item_id in items:
+            pairs = [
+                (docs[p].ratings.get(item_id, 0) >= tau, max(js) >= min_judgment)
+                for p, js in judgments.get(query_id, {}).items()
+                if p in docs and js
+            ]
+            kappa, stats = _kappa(pairs)
+            result.append(
+                {
+                    "query": query_id,
+                    "item_id": item_id,
+                    "kappa": kappa,
+                    "tp": stats.tp,
+                    "fp": stats.fp,
+                    "fn": stats.fn,
+                    "tn": stats.tn,
+                }
+            )
+    return sorted(result, key=lambda r: r["kappa"])
+
+
+def _override_agreement(session: Session, pool: queries.PoolKeys, graded: Any) -> dict[str, Any] | None:
+    overrides = queries.load_overrides(session, pool)
+    pairs = []
+    for entry_pk, by_item in overrides.items():
+        query_id, passage_id = pool.keys[entry_pk]
+        grade = graded.get(query_id, {}).get(passage_id)
+        for item_id, human in by_item.items():
+            if grade is not None and item_id in grade.ratings:
+                pairs.append((human, grade.ratings[item_id]))
+    if not pairs:
+        return None
+    kappa, stats = _kappa([(llm >= 4, human >= 4) for human, llm in pairs])
+    return {"n": len(pairs), "exact": sum(1 for h, g in pairs if h == g) / len(pairs), "kappa": kappa, "stats": stats}
+
+
+def _table_view(table: Any, raw: Any) -> dict[str, Any]:
+    peak = max((c for row in raw.counts for c in row), default=1) or 1
+    return {
+        "title": table.title,
+        "columns": table.columns,
+        "rows": table.rows,
+        "heat": [[c / peak for c in row] for row in raw.counts],
+        "n_counts": len(raw.columns),
+    }
+
+
+@router.get("/c/{name}/agreement")
+def agreement_page(
+    name: str,
+    request: Request,
+    min_answers: int = 1,
+    min_judgment: int = 2,
+    grader: int | None = None,
+    user: CurrentUser = Depends(require("viewer")),
+    session: Session = Depends(db),
+) -> Response:
+    collection = get_or_404(session, name)
+    chosen = _grader(session, collection, grader)
+    try:
+        view = agreement_view(
+            session, collection, chosen, min_answers, min_judgment, official_leaderboard(session, collection)
+        )
+    except GraderSelectionError as error:
+        raise HTTPException(400, str(error)) from None
+    return render(
+        request,
+        "agreement.html",
+        {
+            "user": user,
+            "collection": name,
+            "view": view,
+            "min_answers": min_answers,
+            "min_judgment": min_judgment,
+            "grader": chosen.id,
+            **_choices(session, collection),
+        },
+    )
+
+
+# ---- oversight ------------------------------------------------------------------------------
+
+
+def question_impact(session: Session, collection: Collection, grader: Grader, min_rating: int) -> list[dict[str, Any]]:
+    """For each item: Kendall τ between the current Cover leaderboard and the one without that item."""
+    version = latest_version(session, collection)
+    request = LeaderboardRequest(
+        measure="cover", min_rating=min_rating, bootstrap_samples=0, rubric_version=version.number if version else None
+    )
+    data = load_evaluation_data(
+        session, collection, model=grader.model, prompt_class=grader.prompt_class, rubric_version=request.rubric_version
+    )
+    base = {s.system: s.score for s in score_systems(data, request) if s.system != OVERALL}
+    rows = []
+    for query_id, item_id in sorted(
+        {(q, i) for q, docs in data.graded.items() for g in docs.values() for i in g.item_ids}
+    ):
+        pruned = dict(data.graded)
+        pruned[query_id] = {p: _without(g, item_id) for p, g in data.graded[query_id].items()}
+        scores = {
+            s.system: s.score for s in score_systems(replace(data, graded=pruned), request) if s.system != OVERALL
+        }
+        systems = sorted(base)
+        tau = kendalltau([base[s] for s in systems], [scores.get(s, 0.0) for s in systems]).statistic
+        rows.append({"query": query_id, "item_id": item_id, "tau": tau})
+    return sorted(rows, key=lambda r: r["tau"] if r["tau"] == r["tau"] else 1.0)
+
+
+def _without(grade: PassageGrade, item_id: str) -> PassageGrade:
+    return PassageGrade(
+        {i: r for i, r in grade.ratings.items() if i != item_id},
+        grade.correct - {item_id},
+        grade.item_ids - {item_id},
+        grade.is_self_rated,
+    )
+
+
+@router.get("/c/{name}/oversight/{view}")
+def oversight_page(
+    name: str,
+    view: str,
+    request: Request,
+    min_rating: int = 4,
+    min_judgment: int = 2,
+    grader: int | None = None,
+    user: CurrentUser = Depends(require("viewer")),
+    session: Session = Depends(db),
+) -> Response:
+    collection = get_or_404(session, name)
+    chosen = _grader(session, collection, grader)
+    model, prompt_class = chosen.model, chosen.prompt_class
+    if view == "bad":
+        table = bad_questions_table(
+            session,
+            collection,
+            model=model,
+            prompt_class=prompt_class,
+            min_judgment=min_judgment,
+            min_rating=min_rating,
+        )
+    elif view == "uncovered":
+        table = uncovered_table(
+            session,
+            collection,
+            model=model,
+            prompt_class=prompt_class,
+            min_judgment=min_judgment,
+            min_rating=min_rating,
+        )
+    elif view == "verify":
+        table = verify_grading_table(session, collection, model=model, prompt_class=prompt_class)
+    elif view == "impact":
+        table = None
+    else:
+        raise HTTPException(404, "views: bad, uncovered, verify, impact")
+    impact = question_impact(session, collection, chosen, min_rating) if view == "impact" else None
+    return render(
+        request,
+        "oversight.html",
+        {
+            "user": user,
+            "collection": name,
+            "view": view,
+            "table": table,
+            "impact": impact,
+            "min_rating": min_rating,
+            "min_judgment": min_judgment,
+            "grader": chosen.id,
+            **_choices(session, collection),
+        },
+    )
+
+
+# ---- live events ----------------------------------------------------------------------------
+
+
+@router.get("/c/{name}/events")
+def events(name: str, user: CurrentUser = Depends(require("viewer")), session: Session = Depends(db)) -> Response:
+    """Server-Sent Events: ``job`` progress and ``leaderboard`` updates of this collection."""
+    collection_id = get_or_404(session, name).id
+    session.close()
+
+    def stream() -> Iterator[str]:
+        yield "retry: 2000\n\n"
+        for event in listen(collection_id):
+            if event is None:
+                yield ": keep-alive\n\n"
+            else:
+                yield f"event: {event['type']}\ndata: {json.dumps(event)}\n\n"
+
+    return StreamingResponse(stream(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})

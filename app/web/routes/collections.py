@@ -1,0 +1,176 @@
+"""Collections: the list, the import form (organizers) and the overview page."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from fastapi import APIRouter, Depends, File, Form, Request, UploadFile
+from fastapi.responses import RedirectResponse, Response
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from app.collections import service
+from app.collections.errors import CollectionNotFound, ImportFormatError
+from app.collections.queries import collection_summaries, describe_grader, graders_of
+from app.collections.responses import import_responses
+from app.models import Collection, Grade, Job, Judgment, PoolEntry, Query, RubricVersion, System
+from app.rubrics.service import import_banks, latest_version
+from app.web.deps import CurrentUser, db, render, require
+
+router = APIRouter()
+
+
+def get_or_404(session: Session, name: str) -> Collection:
+    from fastapi import HTTPException
+
+    try:
+        return service.get_collection(session, name)
+    except CollectionNotFound as error:
+        raise HTTPException(404, str(error)) from None
+
+
+@router.get("/")
+def collections_page(
+    request: Request, user: CurrentUser = Depends(require("viewer")), session: Session = Depends(db)
+) -> Response:
+    rows = [{"name": n, "queries": q, "passages": p, "systems": s} for n, q, p, s in collection_summaries(session)]
+    return render(request, "collections.html", {"user": user, "collections": rows, "errors": []})
+
+
+_IMPORT_FIELDS = ("passages", "queries", "bank", "runs", "qrels", "official", "responses")
+
+
+@router.post("/collections/import")
+async def import_collection(
+    request: Request,
+    name: str = Form(...),
+    passages: list[UploadFile] = File(default=[]),
+    queries: list[UploadFile] = File(default=[]),
+    bank: list[UploadFile] = File(default=[]),
+    runs: list[UploadFile] = File(default=[]),
+    qrels: list[UploadFile] = File(default=[]),
+    official: list[UploadFile] = File(default=[]),
+    responses: list[UploadFile] = File(default=[]),
+    user: CurrentUser = Depends(require("organizer")),
+    session: Session = Depends(db),
+) -> Response:
+    """One transaction for all files: an error names file, line and field, and nothing is stored."""
+    uploads = {
+        "passages": passages,
+        "queries": queries,
+        "bank": bank,
+        "runs": runs,
+        "qrels": qrels,
+        "official": official,
+        "responses": responses,
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        saved = {kind: [await _save(Path(tmp), f) for f in files if f.filename] for kind, files in uploads.items()}
+        try:
+            counts = _import(session, name.strip(), saved)
+            session.commit()
+        except (ImportFormatError, ValueError, LookupError) as error:
+            session.rollback()
+            rows = [
+                {"name": n, "queries": q, "passages": p, "systems": s} for n, q, p, s in collection_summaries(session)
+            ]
+            return render(
+                request, "collections.html", {"user": user, "collections": rows, "errors": [str(error)]}, status=400
+            )
+    request.session["flash"] = "imported: " + (", ".join(f"{n} {k}" for k, n in counts.items()) or "nothing new")
+    return RedirectResponse(f"/c/{name.strip()}", status_code=303)
+
+
+async def _save(directory: Path, upload: UploadFile) -> Path:
+    target = directory / Path(upload.filename or "upload").name  # the name users see in error messages
+    target.write_bytes(await upload.read())
+    return target
+
+
+def _import(session: Session, name: str, files: dict[str, list[Path]]) -> dict[str, int]:
+    if not name:
+        raise ValueError("a collection needs a name")
+    collection = service.ensure_collection(session, name)
+    reports = [service.import_queries(session, collection, p) for p in files["queries"]]
+    reports += [service.import_interchange(session, collection, p) for p in files["passages"]]
+    if files["bank"]:
+        reports.append(import_banks(session, collection, files["bank"]))
+    reports += [service.import_run(session, collection, p) for p in files["runs"]]
+    reports += [service.import_qrels(session, collection, p) for p in files["qrels"]]
+    reports += [service.import_official(session, collection, p) for p in files["official"]]
+    reports += [import_responses(session, collection, p) for p in files["responses"]]
+    totals: dict[str, int] = {}
+    for report in reports:
+        for kind, n in report.counts.items():
+            totals[kind] = totals.get(kind, 0) + n
+    return totals
+
+
+def overview(session: Session, collection: Collection) -> dict[str, Any]:
+    """Counts, judgment coverage, grading coverage per grader, rubric versions and recent jobs."""
+
+    def count(statement: Any) -> int:
+        return int(session.scalar(statement) or 0)
+
+    in_collection = PoolEntry.query_pk.in_(select(Query.id).where(Query.collection_id == collection.id))
+    pool = count(select(func.count()).select_from(PoolEntry).where(in_collection))
+    judged = count(select(func.count(func.distinct(Judgment.pool_entry_pk))).join(PoolEntry).where(in_collection))
+    graders = []
+    for grader in graders_of(session, collection):
+        graded = count(
+            select(func.count(func.distinct(Grade.pool_entry_pk)))
+            .join(PoolEntry)
+            .where(in_collection, Grade.grader_pk == grader.id)
+        )
+        graders.append(
+            {
+                "label": describe_grader(grader),
+                "model": grader.model,
+                "prompt_class": grader.prompt_class,
+                "passages": graded,
+                "coverage": graded / pool if pool else 0.0,
+            }
+        )
+    version = latest_version(session, collection)
+    versions = session.scalars(
+        select(RubricVersion)
+        .where(RubricVersion.collection_id == collection.id)
+        .order_by(RubricVersion.number.desc())
+        .limit(10)
+    )
+    queries = session.execute(
+        select(Query.query_id, Query.text).where(Query.collection_id == collection.id).order_by(Query.position)
+    ).all()
+    jobs = session.scalars(select(Job).where(Job.collection_id == collection.id).order_by(Job.id.desc()).limit(5))
+    return {
+        "name": collection.name,
+        "pool": pool,
+        "judged": judged,
+        "judged_share": judged / pool if pool else 0.0,
+        "graders": graders,
+        "version": version.number if version else None,
+        "versions": [
+            {
+                "number": v.number,
+                "status": v.status,
+                "by": v.created_by,
+                "note": v.note,
+                "at": v.created_at.strftime("%Y-%m-%d %H:%M"),
+            }
+            for v in versions
+        ],
+        "queries": [{"id": q, "text": t} for q, t in queries],
+        "systems": count(select(func.count()).select_from(System).where(System.collection_id == collection.id)),
+        "jobs": [{"id": j.id, "kind": j.kind, "state": j.state, "done": j.done, "total": j.total} for j in jobs],
+    }
+
+
+@router.get("/c/{name}")
+def collection_page(
+    name: str, request: Request, user: CurrentUser = Depends(require("viewer")), session: Session = Depends(db)
+) -> Response:
+    collection = get_or_404(session, name)
+    flash = request.session.pop("flash", None)
+    return render(request, "collection.html", {"user": user, "c": overview(session, collection), "flash": flash})

@@ -1,0 +1,340 @@
+"""Rubric editor, history, diff, revert, LLM drafts; the grid with overrides and flags."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Form, HTTPException, Request
+from fastapi.responses import RedirectResponse, Response
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.config import get_settings
+from app.jobs.launch import collection_grader, launch_after_edit, launch_grading, start
+from app.models import BankItem, Collection, GradeOverride, ItemFlag, Passage, Query, RubricVersion
+from app.rubrics.editing import EditConflict, EmptyEdit, ItemChange, apply_edit
+from app.rubrics.generation import accept_draft
+from app.rubrics.service import create_version, latest_version, version_item_pks
+from app.sqlutil import upsert
+from app.web import grid_view
+from app.web.deps import CurrentUser, db, is_htmx, render, require
+from app.web.routes.collections import get_or_404
+
+router = APIRouter()
+
+
+def _query(session: Session, collection: Collection, query_id: str) -> Query:
+    query = session.scalar(select(Query).where(Query.collection_id == collection.id, Query.query_id == query_id))
+    if query is None:
+        raise HTTPException(404, f"collection {collection.name!r} has no query {query_id!r}")
+    return query
+
+
+def rubric_items(session: Session, version: RubricVersion | None, query: Query) -> list[dict[str, Any]]:
+    pks = version_item_pks(session, version)
+    items = {
+        i.id: i for i in session.scalars(select(BankItem).where(BankItem.id.in_(pks), BankItem.query_pk == query.id))
+    }
+    flagged = set(session.scalars(select(ItemFlag.item_id).where(ItemFlag.collection_id == query.collection_id)))
+    return [
+        {
+            "item_id": items[pk].item_id,
+            "text": items[pk].text,
+            "kind": items[pk].kind,
+            "gold": "; ".join(str(g) for g in items[pk].gold_answers or []),
+            "flagged": items[pk].item_id in flagged,
+        }
+        for pk in pks
+        if pk in items
+    ]
+
+
+def _drafts(session: Session, collection: Collection, query: Query) -> list[dict[str, Any]]:
+    drafts = []
+    for version in session.scalars(
+        select(RubricVersion).where(RubricVersion.collection_id == collection.id, RubricVersion.status == "draft")
+    ):
+        pks = version.bank_meta.get("draft_items", [])
+        for item in session.scalars(select(BankItem).where(BankItem.id.in_(pks), BankItem.query_pk == query.id)):
+            drafts.append({"version": version.number, "item_id": item.item_id, "text": item.text})
+    return drafts
+
+
+def _rubric_context(session: Session, collection: Collection, query: Query, user: CurrentUser) -> dict[str, Any]:
+    version = latest_version(session, collection)
+    return {
+        "user": user,
+        "collection": collection.name,
+        "query": {"id": query.query_id, "text": query.text},
+        "version": version.number if version else None,
+        "items": rubric_items(session, version, query),
+        "drafts": _drafts(session, collection, query),
+        "require_note": get_settings().require_edit_note,
+        "conflict": None,
+        "job": None,
+    }
+
+
+@router.get("/c/{name}/rubric/{query_id}")
+def rubric_page(
+    name: str,
+    query_id: str,
+    request: Request,
+    from_passage: str = "",
+    user: CurrentUser = Depends(require("viewer")),
+    session: Session = Depends(db),
+) -> Response:
+    """The editor; ``from_passage`` starts a new question from an uncovered passage's first sentence."""
+    collection = get_or_404(session, name)
+    context = _rubric_context(session, collection, _query(session, collection, query_id), user)
+    if from_passage:
+        text = session.scalar(
+            select(Passage.text).where(Passage.collection_id == collection.id, Passage.passage_id == from_passage)
+        )
+        context["prefill"] = (text or "").split(". ")[0][:300]
+    return render(request, "rubric.html", context)
+
+
+@router.post("/c/{name}/rubric/{query_id}/save")
+def save_rubric(
+    name: str,
+    query_id: str,
+    request: Request,
+    action: str = Form(...),
+    item_id: str = Form(""),
+    text: str = Form(""),
+    expected_text: str = Form(""),
+    gold: str = Form(""),
+    position: int | None = Form(None),
+    note: str = Form(""),
+    user: CurrentUser = Depends(require("judge")),
+    session: Session = Depends(db),
+) -> Response:
+    """Save one change as a new version, then regrade exactly the affected cells."""
+    collection = get_or_404(session, name)
+    query = _query(session, collection, query_id)
+    if action not in ("edit", "add", "delete", "move"):
+        raise HTTPException(400, f"unknown action {action!r}")
+    gold_answers = tuple(g.strip() for g in gold.split(";") if g.strip()) if gold.strip() else None
+    change = ItemChange(
+        action,  # type: ignore[arg-type]
+        query_id,
+        item_id or None,
+        text or None,
+        gold_answers,
+        expected_text or None,
+        position,
+    )
+    try:
+        result = apply_edit(
+            session, collection, [change], user=user.name, note=note, require_note=get_settings().require_edit_note
+        )
+        job = launch_after_edit(session, collection, result, collection_grader(session, collection), user.name)
+        session.commit()
+    except EditConflict as conflict:
+        session.rollback()
+        context = _rubric_context(session, collection, query, user)
+        context["conflict"] = {
+            "item_id": conflict.item_id,
+            "yours": conflict.yours,
+            "theirs": conflict.theirs,
+            "message": str(conflict),
+        }
+        return render(request, "rubric.html", context, block="items" if is_htmx(request) else None, status=409)
+    except (EmptyEdit, ValueError, LookupError) as error:
+        session.rollback()
+        raise HTTPException(400, str(error)) from None
+    start(job.id)
+    context = _rubric_context(session, collection, query, user)
+    context["job"] = {"id": job.id, "total": job.total, "state": job.state}
+    if is_htmx(request):
+        return render(request, "rubric.html", context, block="items")
+    return RedirectResponse(f"/c/{name}/rubric/{query_id}", status_code=303)
+
+
+@router.post("/c/{name}/drafts/{number}/accept")
+async def accept_drafts(
+    name: str,
+    number: int,
+    request: Request,
+    user: CurrentUser = Depends(require("judge")),
+    session: Session = Depends(db),
+) -> Response:
+    """Publish the checked draft items (the unchecked ones are rejected) and grade them."""
+    accepted = [str(v) for v in (await request.form()).getlist("item_id")]
+    collection = get_or_404(session, name)
+    draft = session.scalar(
+        select(RubricVersion).where(RubricVersion.collection_id == collection.id, RubricVersion.number == number)
+    )
+    if draft is None or draft.status != "draft":
+        raise HTTPException(404, f"no draft version {number}")
+    version = accept_draft(session, collection, draft, accepted, user.name)
+    job = launch_grading(
+        session,
+        collection,
+        collection_grader(session, collection),
+        rubric_version=version.number,
+        launched_by=user.name,
+        kind="regrade",
+    )
+    session.commit()
+    start(job.id)
+    return RedirectResponse(f"/c/{name}", status_code=303)
+
+
+@router.get("/c/{name}/history")
+def history_page(
+    name: str,
+    request: Request,
+    a: int | None = None,
+    b: int | None = None,
+    user: CurrentUser = Depends(require("viewer")),
+    session: Session = Depends(db),
+) -> Response:
+    collection = get_or_404(session, name)
+    versions = list(
+        session.scalars(
+            select(RubricVersion)
+            .where(RubricVersion.collection_id == collection.id)
+            .order_by(RubricVersion.number.desc())
+        )
+    )
+    rows = [
+        {
+            "number": v.number,
+            "status": v.status,
+            "by": v.created_by,
+            "note": v.note,
+            "at": v.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+        }
+        for v in versions
+    ]
+    diff = _diff(session, collection, a, b) if a and b else None
+    return render(
+        request, "history.html", {"user": user, "collection": name, "versions": rows, "diff": diff, "a": a, "b": b}
+    )
+
+
+def _version_texts(session: Session, collection: Collection, number: int) -> dict[str, tuple[str, str]]:
+    version = session.scalar(
+        select(RubricVersion).where(RubricVersion.collection_id == collection.id, RubricVersion.number == number)
+    )
+    if version is None:
+        raise HTTPException(404, f"no rubric version {number}")
+    pks = version_item_pks(session, version)
+    rows = session.execute(
+        select(BankItem.item_id, BankItem.text, Query.query_id)
+        .join(Query, Query.id == BankItem.query_pk)
+        .where(BankItem.id.in_(pks))
+    ).all()
+    return {item_id: (query_id, text) for item_id, text, query_id in rows}
+
+
+def _diff(session: Session, collection: Collection, a: int, b: int) -> dict[str, list[dict[str, str]]]:
+    old, new = _version_texts(session, collection, a), _version_texts(session, collection, b)
+    return {
+        "removed": [{"query": q, "item_id": i, "text": t} for i, (q, t) in old.items() if i not in new],
+        "added": [{"query": q, "item_id": i, "text": t} for i, (q, t) in new.items() if i not in old],
+    }
+
+
+@router.post("/c/{name}/revert/{number}")
+def revert(
+    name: str, number: int, user: CurrentUser = Depends(require("judge")), session: Session = Depends(db)
+) -> Response:
+    collection = get_or_404(session, name)
+    target = session.scalar(
+        select(RubricVersion).where(RubricVersion.collection_id == collection.id, RubricVersion.number == number)
+    )
+    if target is None:
+        raise HTTPException(404, f"no rubric version {number}")
+    version = create_version(
+        session,
+        collection,
+        version_item_pks(session, target),
+        created_by=user.name,
+        note=f"revert to version {number}",
+        bank_meta=target.bank_meta,
+    )
+    job = launch_grading(
+        session,
+        collection,
+        collection_grader(session, collection),
+        rubric_version=version.number,
+        launched_by=user.name,
+        kind="regrade",
+    )
+    session.commit()
+    start(job.id)
+    return RedirectResponse(f"/c/{name}/history", status_code=303)
+
+
+@router.get("/c/{name}/grid/{query_id}")
+def grid_page(
+    name: str,
+    query_id: str,
+    request: Request,
+    system: str = "",
+    judged: str = "any",
+    min_grade: int | None = None,
+    disagree: bool = False,
+    page: int = 1,
+    user: CurrentUser = Depends(require("viewer")),
+    session: Session = Depends(db),
+) -> Response:
+    collection = get_or_404(session, name)
+    query = _query(session, collection, query_id)
+    filters = grid_view.GridFilters(system or None, judged, min_grade, disagree, max(page, 1))
+    view = grid_view.build(session, collection, query, collection_grader(session, collection), filters)
+    context = {
+        "user": user,
+        "collection": name,
+        "query": {"id": query.query_id, "text": query.text},
+        "grid": view,
+        "filters": filters,
+    }
+    return render(request, "grid.html", context, block="grid" if is_htmx(request) else None)
+
+
+@router.post("/c/{name}/override")
+def override(
+    name: str,
+    pool_entry: int = Form(...),
+    item_id: str = Form(...),
+    rating: int = Form(...),
+    user: CurrentUser = Depends(require("judge")),
+    session: Session = Depends(db),
+) -> dict[str, Any]:
+    collection = get_or_404(session, name)
+    if not 0 <= rating <= 5:
+        raise HTTPException(400, "a grade is 0 to 5")
+    grid_view.check_cell(session, collection, pool_entry, item_id)
+    upsert(
+        session,
+        GradeOverride,
+        [{"pool_entry_pk": pool_entry, "item_id": item_id, "rating": rating, "judge": user.name}],
+        keys=["pool_entry_pk", "item_id"],
+        update=["rating", "judge"],
+    )
+    session.commit()
+    return {"pool_entry": pool_entry, "item_id": item_id, "rating": rating, "judge": user.name}
+
+
+@router.post("/c/{name}/flag")
+def flag(
+    name: str,
+    item_id: str = Form(...),
+    reason: str = Form("spurious"),
+    user: CurrentUser = Depends(require("judge")),
+    session: Session = Depends(db),
+) -> dict[str, Any]:
+    collection = get_or_404(session, name)
+    upsert(
+        session,
+        ItemFlag,
+        [{"collection_id": collection.id, "item_id": item_id, "flagged_by": user.name, "reason": reason}],
+        keys=["collection_id", "item_id"],
+        update=["flagged_by", "reason"],
+    )
+    session.commit()
+    return {"item_id": item_id, "flagged": True}

@@ -1,0 +1,54 @@
+"""Web fixtures: the sample collection, graded by the default grader, with one user per role."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.accounts.service import create_user
+from app.config import get_settings
+from app.db import session_scope
+from app.web.main import create_app
+from tests.conftest import Database
+from tests.grading.conftest import import_sample
+from tests.jobs.helpers import launch, wait_job
+
+PASSWORDS = {"viewer": "viewer-pass-1", "judge": "judge-pass-1", "organizer": "organizer-pass-1"}
+
+
+@pytest.fixture
+def web_db(sqlite_db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Database:
+    monkeypatch.delenv("RUBRIC_REDIS_URL", raising=False)
+    get_settings.cache_clear()
+    import_sample(tmp_path)
+    wait_job(sqlite_db, launch(sqlite_db))
+    with session_scope() as session:
+        for role, password in PASSWORDS.items():
+            create_user(session, role, role, password)
+    return sqlite_db
+
+
+@pytest.fixture
+def client(web_db: Database) -> Iterator[TestClient]:
+    with TestClient(create_app()) as test_client:
+        yield test_client
+
+
+def csrf_of(html: str) -> str:
+    match = re.search(r'name="csrf-token" content="([^"]+)"', html)
+    assert match, "page has no CSRF token"
+    return match.group(1)
+
+
+def login(client: TestClient, role: str) -> str:
+    """Sign in as the user of ``role``; returns the session's CSRF token."""
+    token = csrf_of(client.get("/login").text)
+    response = client.post(
+        "/login", data={"name": role, "password": PASSWORDS[role], "csrf_token": token}, follow_redirects=False
+    )
+    assert response.status_code == 303, response.text
+    return csrf_of(client.get("/").text)
