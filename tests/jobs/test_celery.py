@@ -44,7 +44,10 @@ class Worker:
         handle = self.log.open("ab")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "app.cli", "worker", "--queues", "gpu,default", "--concurrency", "1"],
-            cwd=REPO, env=self.env, stdout=handle, stderr=subprocess.STDOUT,
+            cwd=REPO,
+            env=self.env,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
         )
 
     def kill(self) -> None:
@@ -90,7 +93,9 @@ def _assert_every_cell_graded_once(db: Database, job_id: int) -> None:
     job = job_row(db, job_id)
     with db.session() as session:
         rows = session.scalar(select(func.count()).select_from(Grade))
-        distinct = session.scalar(select(func.count()).select_from(select(Grade.pool_entry_pk, Grade.item_id).distinct().subquery()))
+        distinct = session.scalar(
+            select(func.count()).select_from(select(Grade.pool_entry_pk, Grade.item_id).distinct().subquery())
+        )
     assert job.state == "done" and job.done == job.total and job.errors == 0
     assert rows == distinct == job.total  # one row per cell: nothing lost, nothing duplicated
 
@@ -109,7 +114,9 @@ def test_grading_job_end_to_end_on_celery(celery: Worker, sample_db: Database) -
 def test_edit_regrades_exactly_the_affected_cells_on_celery(celery: Worker, sample_db: Database) -> None:
     wait_job(sample_db, launch(sample_db))
     log = watch(sample_db)
-    job_id, _ = edit_and_regrade(sample_db, "What is the waggle dance?", "Which stock market index closed higher on Friday?")
+    job_id, _ = edit_and_regrade(
+        sample_db, "What is the waggle dance?", "Which stock market index closed higher on Friday?"
+    )
     job = wait_job(sample_db, job_id)
     assert (job.total, job.model_calls) == (8, 8)
     wait_for(lambda: any(e.get("final") for e in log.of("leaderboard", job_id)), 30, "leaderboard event")
@@ -147,9 +154,7 @@ def test_cancel_stops_within_one_batch_on_celery(celery: Worker, sample_db: Data
         service.cancel(session, session.get_one(Job, job_id))
     with sample_db.session() as session:
         done_at_cancel = session.scalar(select(func.count()).where(JobBatch.job_pk == job_id, JobBatch.state == "done"))
-    wait_for(
-        lambda: "running" not in set(_batch_states(sample_db, job_id)), 60, "the running batch to finish"
-    )
+    wait_for(lambda: "running" not in set(_batch_states(sample_db, job_id)), 60, "the running batch to finish")
     states = _batch_states(sample_db, job_id)
     assert job_row(sample_db, job_id).state == "cancelled"
     assert states.count("done") <= (done_at_cancel or 0) + 1 and "queued" not in states
