@@ -97,24 +97,25 @@ def build(
         .order_by(RankingEntry.rank)
     ).all():
         systems.setdefault(ranked_entry, []).append((name, rank))
-    grades = (
-        {
-            (g.pool_entry_pk, g.item_id): g
-            for g in session.scalars(
-                select(Grade).where(Grade.grader_pk == grader_pk, Grade.pool_entry_pk.in_(entry_pks))
+    ratings: dict[tuple[int, str], int | None] = {}
+    if grader_pk:
+        for entry_pk, item_id, rating in session.execute(
+            select(Grade.pool_entry_pk, Grade.item_id, Grade.self_rating).where(
+                Grade.grader_pk == grader_pk, Grade.pool_entry_pk.in_(entry_pks)
             )
-        }
-        if grader_pk
-        else {}
-    )
+        ).all():
+            ratings[(entry_pk, item_id)] = rating
     overrides = {
         (o.pool_entry_pk, o.item_id): o
         for o in session.scalars(select(GradeOverride).where(GradeOverride.pool_entry_pk.in_(entry_pks)))
     }
     rows = []
     for entry in entries:
-        cells = [_cell(grades.get((entry.id, i.item_id)), overrides.get((entry.id, i.item_id))) for i in items]
-        shown = [c["shown"] for c in cells if c["shown"] is not None]
+        shown = [
+            overrides[key].rating if key in overrides else ratings.get(key)
+            for key in ((entry.id, i.item_id) for i in items)
+        ]
+        known = [g for g in shown if g is not None]
         rows.append(
             {
                 "entry": entry.id,
@@ -122,25 +123,51 @@ def build(
                 "text": entry.text or "",
                 "judgment": judged.get(entry.id),
                 "systems": systems.get(entry.id, []),
-                "max_grade": max(shown) if shown else None,
-                "cells": cells,
+                "max_grade": max(known) if known else None,
             }
         )
     rows = [r for r in rows if _keep(r, filters)]
     rows.sort(key=lambda r: (-(r["max_grade"] if r["max_grade"] is not None else -1), r["passage_id"]))
     pages = max(1, -(-len(rows) // PAGE_SIZE))
     page = min(filters.page, pages)
+    shown_rows = rows[(page - 1) * PAGE_SIZE : page * PAGE_SIZE]
+    _attach_cells(session, grader_pk, shown_rows, items, overrides)
     all_systems = sorted({name for names in systems.values() for name, _ in names})
     return {
         "grader": grader_label,
         "graded": grader_pk is not None,
         "columns": [{"item_id": i.item_id, "text": i.text} for i in items],
-        "rows": rows[(page - 1) * PAGE_SIZE : page * PAGE_SIZE],
+        "rows": shown_rows,
         "matching": len(rows),
         "page": page,
         "pages": pages,
         "systems": all_systems,
     }
+
+
+def _attach_cells(
+    session: Session,
+    grader_pk: int | None,
+    rows: list[dict[str, Any]],
+    items: list[BankItem],
+    overrides: dict[tuple[int, str], GradeOverride],
+) -> None:
+    """Full cell details (answers, E[grade], confidence) for the rows of the page only."""
+    page_entries = [r["entry"] for r in rows]
+    grades = (
+        {
+            (g.pool_entry_pk, g.item_id): g
+            for g in session.scalars(
+                select(Grade).where(Grade.grader_pk == grader_pk, Grade.pool_entry_pk.in_(page_entries))
+            )
+        }
+        if grader_pk
+        else {}
+    )
+    for row in rows:
+        row["cells"] = [
+            _cell(grades.get((row["entry"], i.item_id)), overrides.get((row["entry"], i.item_id))) for i in items
+        ]
 
 
 def _keep(row: dict[str, Any], filters: GridFilters) -> bool:
