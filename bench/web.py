@@ -41,7 +41,24 @@ from app.rubrics.service import import_banks  # noqa: E402
 from bench.report import machine, stamp, write_section  # noqa: E402
 
 N_PASSAGES, N_ITEMS, N_SYSTEMS, REPEATS = 300, 10, 20, 40
-WORDS = "yeast gluten dough oven crust flour sugar gas bubble knead rise bake water salt starter loaf".split()
+WORDS = [
+    "yeast",
+    "gluten",
+    "dough",
+    "oven",
+    "crust",
+    "flour",
+    "sugar",
+    "gas",
+    "bubble",
+    "knead",
+    "rise",
+    "bake",
+    "water",
+    "salt",
+    "starter",
+    "loaf",
+]
 
 
 def build(directory: Path) -> None:
