@@ -154,16 +154,7 @@ def save_round_trips(client: httpx.Client, token: str) -> list[float]:
         assert item_id, "item not found"
         got = threading.Event()
         ready = threading.Event()
-
-        def watch() -> None:
-            stream = listen(globals()["COLLECTION_ID"], timeout=0.05)
-            ready.set()
-            for event in stream:
-                if event and event.get("type") == "leaderboard" and event.get("final"):
-                    got.set()
-                    return
-
-        threading.Thread(target=watch, daemon=True).start()
+        threading.Thread(target=_watch, args=(ready, got), daemon=True).start()
         ready.wait(5)
         time.sleep(0.1)
         begin = time.perf_counter()
@@ -177,6 +168,15 @@ def save_round_trips(client: httpx.Client, token: str) -> list[float]:
         if n >= 2:
             result.append(time.perf_counter() - begin)
     return result
+
+
+def _watch(ready: threading.Event, got: threading.Event) -> None:
+    stream = listen(globals()["COLLECTION_ID"], timeout=0.05)
+    ready.set()
+    for event in stream:
+        if event and event.get("type") == "leaderboard" and event.get("final"):
+            got.set()
+            return
 
 
 def pct(values: list[float], q: float) -> float:

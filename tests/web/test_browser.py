@@ -136,7 +136,8 @@ def test_viewer_sees_no_editing_controls_and_is_refused(server: str, browser: ob
         """async () => {
             const token = document.querySelector('meta[name="csrf-token"]').content;
             const body = new URLSearchParams({action: 'add', text: 'Sneaky?'});
-            const r = await fetch('/c/sample/rubric/bees/save', {method: 'POST', body, headers: {'X-CSRF-Token': token}});
+            const headers = {'X-CSRF-Token': token};
+            const r = await fetch('/c/sample/rubric/bees/save', {method: 'POST', body, headers});
             return r.status;
         }"""
     )
