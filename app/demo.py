@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 from sqlalchemy import select
@@ -13,9 +12,9 @@ from app.collections.service import ensure_collection, import_interchange, impor
 from app.config import get_settings
 from app.db import engine_for, session_scope
 from app.grading.service import GraderSpec
-from app.jobs.launch import launch_grading, start
+from app.jobs.launch import launch_grading, start, wait_until_finished
 from app.migrate import upgrade
-from app.models import Collection, Job, User
+from app.models import Collection, User
 from app.rubrics.service import import_banks
 from app.samples import NAME, write_sample
 
@@ -58,8 +57,4 @@ def _grade_sample() -> None:
         session.commit()
         job_id = job.id
     start(job_id)
-    while True:
-        with session_scope() as session:
-            if session.get_one(Job, job_id).state not in ("queued", "running"):
-                return
-        time.sleep(0.2)
+    wait_until_finished(job_id)

@@ -47,7 +47,7 @@ from app.grading.engine import (  # noqa: E402
     grade_batch,
 )
 from app.grading.service import GraderSpec, plan_for  # noqa: E402
-from app.jobs.launch import launch_after_edit, launch_grading, start  # noqa: E402
+from app.jobs.launch import launch_after_edit, launch_grading, start, wait_until_finished  # noqa: E402
 from app.jobs.service import cells_for, method_for  # noqa: E402
 from app.migrate import upgrade  # noqa: E402
 from app.models import BankItem, Grade, GradeCache, Job  # noqa: E402
@@ -115,11 +115,8 @@ def job_run() -> float:
         session.commit()
         job_id = job.id
     start(job_id)
-    while True:
-        with session_scope() as session:
-            if session.get_one(Job, job_id).state not in ("queued", "running"):
-                return time.perf_counter() - start_time
-        time.sleep(0.02)
+    wait_until_finished(job_id, poll=0.02)
+    return time.perf_counter() - start_time
 
 
 def edit_latency(old: str, new: str) -> float:
@@ -157,7 +154,7 @@ def edit_latency(old: str, new: str) -> float:
 
 
 def edit_latencies() -> list[float]:
-    wait_job(launch_similarity())
+    wait_until_finished(launch_similarity())
     a, b = "What is the waggle dance?", "What does the waggle dance tell other bees?"
     edit_latency(a, b)  # grades b once; from here on both texts are cached
     edit_latency(b, a)
@@ -175,14 +172,6 @@ def launch_similarity() -> int:
         job_id = job.id
     start(job_id)
     return job_id
-
-
-def wait_job(job_id: int) -> None:
-    while True:
-        with session_scope() as session:
-            if session.get_one(Job, job_id).state not in ("queued", "running"):
-                return
-        time.sleep(0.05)
 
 
 @contextmanager

@@ -34,9 +34,8 @@ from app.config import get_settings  # noqa: E402
 from app.db import session_scope  # noqa: E402
 from app.events import listen  # noqa: E402
 from app.grading.service import GraderSpec  # noqa: E402
-from app.jobs.launch import launch_grading, start  # noqa: E402
+from app.jobs.launch import launch_grading, start, wait_until_finished  # noqa: E402
 from app.migrate import upgrade  # noqa: E402
-from app.models import Job  # noqa: E402
 from app.rubrics.service import import_banks  # noqa: E402
 from bench.report import machine, stamp, write_section  # noqa: E402
 
@@ -108,11 +107,7 @@ def build(directory: Path) -> None:
         session.commit()
         job_id, collection_id = job.id, collection.id
     start(job_id)
-    while True:
-        with session_scope() as session:
-            if session.get_one(Job, job_id).state not in ("queued", "running"):
-                break
-        time.sleep(0.1)
+    wait_until_finished(job_id)
     globals()["COLLECTION_ID"] = collection_id
 
 

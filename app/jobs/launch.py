@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 
 from sqlalchemy import select
@@ -93,3 +94,13 @@ def start(job_id: int) -> None:
 
 
 __all__ = ["collection_grader", "launch_after_edit", "launch_grading", "start", "system_scope"]
+
+
+def wait_until_finished(job_id: int, poll: float = 0.1) -> str:
+    """Block until the job leaves queued/running (for the CLI, the demo and benchmarks); its final state."""
+    while True:
+        with session_scope() as session:
+            state = session.get_one(Job, job_id).state
+        if state not in service.ACTIVE:
+            return state
+        time.sleep(poll)

@@ -152,11 +152,9 @@ def build_leaderboard(
     )
 
 
-def compute_leaderboard(
-    session: Session, collection: Collection, request: LeaderboardRequest, official: dict[str, float] | None = None
-) -> Leaderboard:
-    """The leaderboard of one collection; ``official`` defaults to the imported official ranks."""
-    data = load_evaluation_data(
+def evaluation_data(session: Session, collection: Collection, request: LeaderboardRequest) -> EvaluationData:
+    """The grades, rankings and pool that ``request`` selects (grader, rubric version, overrides)."""
+    return load_evaluation_data(
         session,
         collection,
         model=request.model,
@@ -164,6 +162,13 @@ def compute_leaderboard(
         rubric_version=request.rubric_version,
         include_overrides=request.include_overrides,
     )
+
+
+def compute_leaderboard(
+    session: Session, collection: Collection, request: LeaderboardRequest, official: dict[str, float] | None = None
+) -> Leaderboard:
+    """The leaderboard of one collection; ``official`` defaults to the imported official ranks."""
+    data = evaluation_data(session, collection, request)
     if official is None:
         official = official_leaderboard(session, collection) or None
     return build_leaderboard(data, request, official)

@@ -25,7 +25,8 @@ from app.evaluation.types import PassageGrade
 from app.events import listen
 from app.leaderboards.service import (
     LeaderboardRequest,
-    build_leaderboard,
+    compute_leaderboard,
+    evaluation_data,
     leaderboard_json,
     leaderboard_table,
     load_evaluation_data,
@@ -83,17 +84,8 @@ def _int(value: Any, default: int | None = None) -> int | None:
 
 def board_view(session: Session, collection: Collection, params: dict[str, Any]) -> dict[str, Any]:
     request, grader = _request(session, collection, params)
-    data = load_evaluation_data(
-        session,
-        collection,
-        model=request.model,
-        prompt_class=request.prompt_class,
-        rubric_version=request.rubric_version,
-        include_overrides=request.include_overrides,
-    )
-    official = official_leaderboard(session, collection) or None
     try:
-        board = build_leaderboard(data, request, official)
+        board = compute_leaderboard(session, collection, request)
     except (MissingSystemsError, ValueError) as error:
         raise HTTPException(400, str(error)) from None
     systems = [s for s in board.systems if s.system != OVERALL]
@@ -163,15 +155,7 @@ def leaderboard_export(
 ) -> Response:
     collection = get_or_404(session, name)
     lb_request, _ = _request(session, collection, dict(request.query_params))
-    data = load_evaluation_data(
-        session,
-        collection,
-        model=lb_request.model,
-        prompt_class=lb_request.prompt_class,
-        rubric_version=lb_request.rubric_version,
-        include_overrides=lb_request.include_overrides,
-    )
-    board = build_leaderboard(data, lb_request, official_leaderboard(session, collection) or None)
+    board = compute_leaderboard(session, collection, lb_request)
     if fmt == "json":
         return Response(json.dumps(leaderboard_json(board), indent=1), media_type="application/json")
     formats = {"tsv": "tsv", "tex": "latex", "md": "md"}
@@ -186,14 +170,7 @@ def qrels_export(
 ) -> Response:
     collection = get_or_404(session, name)
     lb_request, _ = _request(session, collection, dict(request.query_params))
-    data = load_evaluation_data(
-        session,
-        collection,
-        model=lb_request.model,
-        prompt_class=lb_request.prompt_class,
-        rubric_version=lb_request.rubric_version,
-        include_overrides=lb_request.include_overrides,
-    )
+    data = evaluation_data(session, collection, lb_request)
     qrels = derive_qrels(data.graded, LabelRule.parse(lb_request.label, min_rating=lb_request.min_rating))
     lines = [f"{q} 0 {p} {label}\n" for q, docs in sorted(qrels.items()) for p, label in sorted(docs.items())]
     return PlainTextResponse("".join(lines), headers={"Content-Disposition": f'attachment; filename="{name}.qrels"'})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from fastapi import APIRouter, Depends, Form, HTTPException, Request
@@ -41,6 +42,32 @@ def job_row(job: Job) -> dict[str, Any]:
         f"{grader.get('mode')}".strip(),
         "share": job.done / job.total if job.total else 1.0,
     }
+
+
+@dataclass(frozen=True)
+class LaunchForm:
+    """The launch form's fields, shared by the estimate and the launch itself."""
+
+    backend: str
+    model: str
+    prompt_class: str
+    mode: str
+    query_id: str
+    system: str
+
+    def spec(self) -> GraderSpec:
+        return _spec(self.backend, self.model, self.prompt_class, self.mode)
+
+
+def launch_form(
+    backend: str = Form("similarity"),
+    model: str = Form(""),
+    prompt_class: str = Form("Similarity"),
+    mode: str = Form("score"),
+    query_id: str = Form(""),
+    system: str = Form(""),
+) -> LaunchForm:
+    return LaunchForm(backend, model, prompt_class, mode, query_id, system)
 
 
 def _spec(backend: str, model: str, prompt_class: str, mode: str) -> GraderSpec:
@@ -88,56 +115,34 @@ def jobs_page(
 def estimate(
     name: str,
     request: Request,
-    backend: str = Form("similarity"),
-    model: str = Form(""),
-    prompt_class: str = Form("Similarity"),
-    mode: str = Form("score"),
-    query_id: str = Form(""),
-    system: str = Form(""),
+    form: LaunchForm = Depends(launch_form),
     user: CurrentUser = Depends(require("organizer")),
     session: Session = Depends(db),
 ) -> Response:
     """Before launch: prompts split into cached and new, time from measured throughput, tokens and cost."""
     collection = get_or_404(session, name)
-    spec = _spec(backend, model, prompt_class, mode)
+    spec = form.spec()
     try:
-        cells = plan_for(session, collection, spec, None, _scope(session, collection, query_id, system))
+        cells = plan_for(session, collection, spec, None, _scope(session, collection, form.query_id, form.system))
     except (LookupError, ValueError) as error:
         raise HTTPException(400, str(error)) from None
     figures = service.estimate(session, spec, cells, get_settings().prices)
     context = _page_context(session, collection, user)
-    context["estimate"] = {
-        **figures.as_dict(),
-        "form": {
-            "backend": backend,
-            "model": model,
-            "prompt_class": prompt_class,
-            "mode": mode,
-            "query_id": query_id,
-            "system": system,
-        },
-    }
+    context["estimate"] = {**figures.as_dict(), "form": asdict(form)}
     return render(request, "jobs.html", context, block="estimate")
 
 
 @router.post("/c/{name}/jobs")
 def launch(
     name: str,
-    backend: str = Form("similarity"),
-    model: str = Form(""),
-    prompt_class: str = Form("Similarity"),
-    mode: str = Form("score"),
-    query_id: str = Form(""),
-    system: str = Form(""),
+    form: LaunchForm = Depends(launch_form),
     user: CurrentUser = Depends(require("organizer")),
     session: Session = Depends(db),
 ) -> Response:
     collection = get_or_404(session, name)
-    spec = _spec(backend, model, prompt_class, mode)
     try:
-        job = launch_grading(
-            session, collection, spec, scope=_scope(session, collection, query_id, system), launched_by=user.name
-        )
+        scope = _scope(session, collection, form.query_id, form.system)
+        job = launch_grading(session, collection, form.spec(), scope=scope, launched_by=user.name)
     except (LookupError, ValueError) as error:
         raise HTTPException(400, str(error)) from None
     session.commit()

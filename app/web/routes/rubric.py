@@ -168,18 +168,18 @@ async def accept_drafts(
     )
     if draft is None or draft.status != "draft":
         raise HTTPException(404, f"no draft version {number}")
-    version = accept_draft(session, collection, draft, accepted, user.name)
+    _publish_and_regrade(session, collection, accept_draft(session, collection, draft, accepted, user.name), user)
+    return RedirectResponse(f"/c/{name}", status_code=303)
+
+
+def _publish_and_regrade(session: Session, collection: Collection, version: RubricVersion, user: CurrentUser) -> None:
+    """Commit a new version and grade whatever of it is not cached yet."""
+    spec = collection_grader(session, collection)
     job = launch_grading(
-        session,
-        collection,
-        collection_grader(session, collection),
-        rubric_version=version.number,
-        launched_by=user.name,
-        kind="regrade",
+        session, collection, spec, rubric_version=version.number, launched_by=user.name, kind="regrade"
     )
     session.commit()
     start(job.id)
-    return RedirectResponse(f"/c/{name}", status_code=303)
 
 
 @router.get("/c/{name}/history")
@@ -256,16 +256,7 @@ def revert(
         note=f"revert to version {number}",
         bank_meta=target.bank_meta,
     )
-    job = launch_grading(
-        session,
-        collection,
-        collection_grader(session, collection),
-        rubric_version=version.number,
-        launched_by=user.name,
-        kind="regrade",
-    )
-    session.commit()
-    start(job.id)
+    _publish_and_regrade(session, collection, version, user)
     return RedirectResponse(f"/c/{name}/history", status_code=303)
 
 
