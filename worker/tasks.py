@@ -5,9 +5,9 @@ from __future__ import annotations
 from app.config import get_settings
 from app.db import session_scope
 from app.events import publish
-from app.jobs.dispatch import dispatch
 from app.jobs.events import after_batch, job_event
-from app.jobs.service import execute_batch, execute_generation, orphaned_batches
+from app.jobs.launch import sweep_orphans
+from app.jobs.service import execute_batch, execute_generation
 from worker.celery_app import app
 
 
@@ -23,10 +23,7 @@ def grade_cells(batch_id: int) -> None:
 @app.task(name="jobs.sweep")
 def sweep() -> list[int]:
     """Requeue the batches of live jobs whose worker stopped sending heartbeats."""
-    with session_scope() as session:
-        requeued = orphaned_batches(session, get_settings().job_stale_seconds)
-    dispatch(requeued)
-    return requeued
+    return sweep_orphans(get_settings().job_stale_seconds)
 
 
 @app.task(name="banks.generate")

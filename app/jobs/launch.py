@@ -104,3 +104,11 @@ def wait_until_finished(job_id: int, poll: float = 0.1) -> str:
         if state not in service.ACTIVE:
             return state
         time.sleep(poll)
+
+
+def sweep_orphans(stale_after: float) -> list[int]:
+    """Requeue the batches of live jobs whose worker vanished, and hand them to the workers again."""
+    with session_scope() as session:
+        requeued = service.orphaned_batches(session, stale_after)
+    dispatch(requeued)
+    return requeued

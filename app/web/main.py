@@ -6,6 +6,10 @@ which load models lazily on their first batch).
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 from fastapi import Depends, FastAPI, Request
@@ -15,15 +19,43 @@ from fastapi.staticfiles import StaticFiles
 from starlette.middleware.sessions import SessionMiddleware
 
 from app.config import get_settings
+from app.jobs.launch import sweep_orphans
 from app.web.deps import LoginRequired, csrf_protect, render
 from app.web.routes import analysis, auth, collections, jobs, rubric
 
 STATIC = Path(__file__).resolve().parents[2] / "static"
+log = logging.getLogger(__name__)
+
+
+@asynccontextmanager
+async def _periodic_sweep(app: FastAPI) -> AsyncIterator[None]:
+    """The web process requeues orphaned batches every so often, so no job hangs in "running"."""
+    stale = get_settings().job_stale_seconds
+
+    async def loop() -> None:
+        while True:
+            await asyncio.sleep(max(stale / 3, 1.0))
+            try:
+                await asyncio.to_thread(sweep_orphans, stale)
+            except Exception:  # noqa: BLE001  a failed sweep is retried on the next tick
+                log.exception("sweeping orphaned batches failed")
+
+    task = asyncio.create_task(loop())
+    try:
+        yield
+    finally:
+        task.cancel()
 
 
 def create_app() -> FastAPI:
     settings = get_settings()
-    app = FastAPI(title="Rubric Workbench", dependencies=[Depends(csrf_protect)], docs_url=None, redoc_url=None)
+    app = FastAPI(
+        title="Rubric Workbench",
+        dependencies=[Depends(csrf_protect)],
+        docs_url=None,
+        redoc_url=None,
+        lifespan=_periodic_sweep,
+    )
     app.add_middleware(
         SessionMiddleware,
         secret_key=settings.secret_key,

@@ -16,6 +16,7 @@ from app.config import get_settings
 from app.db import session_scope
 from app.grading.engine import CellScope
 from app.jobs import service
+from app.jobs.launch import sweep_orphans
 from app.models import Grade, Job, JobBatch
 from tests.conftest import REPO, Database, RedisServer
 from tests.jobs.helpers import (
@@ -81,12 +82,7 @@ def celery(
 
 
 def _sweep() -> list[int]:
-    from app.jobs.dispatch import dispatch
-
-    with session_scope() as session:
-        requeued = service.orphaned_batches(session, STALE_SECONDS)
-    dispatch(requeued)
-    return requeued
+    return sweep_orphans(STALE_SECONDS)
 
 
 def _assert_every_cell_graded_once(db: Database, job_id: int) -> None:

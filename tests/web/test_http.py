@@ -241,3 +241,33 @@ def test_viewer_pages_have_no_editing_controls(client: TestClient) -> None:
     page = client.get(f"/c/sample/rubric/{Q}").text
     assert "/save" not in page and "Draft questions" not in page
     assert "Launch grading" not in client.get("/c/sample/jobs").text
+
+
+@pytest.mark.parametrize(
+    ("view", "analysis", "rating"),
+    [("bad", "bad-questions", "3"), ("uncovered", "uncovered", "5"), ("verify", "grading", "3")],
+)
+def test_oversight_views_reproduce_the_cli_analyses(client: TestClient, view: str, analysis: str, rating: str) -> None:
+    from markupsafe import escape
+
+    from tests.helpers import cli
+
+    login(client, "viewer")
+    page = client.get(f"/c/sample/oversight/{view}?min_rating={rating}&min_judgment=2").text
+    table = json.loads(
+        cli("verify", "sample", analysis, "--min-rating", rating, "--min-judgment", "2", "--format", "json")
+    )
+    rows = table[0]["rows"]
+    body = page.split("<tbody>", 1)[1]
+    assert body.count("<tr>") == len(rows) > 0
+    for row in rows:
+        for value in row.values():
+            assert str(escape(str(value))) in page
+
+
+def test_leaderboard_shows_per_query_correlation_for_trec_measures(client: TestClient) -> None:
+    login(client, "viewer")
+    page = client.get("/c/sample/leaderboard?measure=P@20&min_rating=3").text
+    assert 'data-testid="per-query"' in page
+    assert page.count("<tr><td>bees</td>") + page.count("<tr><td>bread</td>") + page.count("<tr><td>aurora</td>") == 3
+    assert 'data-testid="per-query"' not in client.get("/c/sample/leaderboard?measure=cover").text

@@ -24,12 +24,16 @@ from app.evaluation.qrels import LabelRule, derive_qrels
 from app.evaluation.types import PassageGrade
 from app.events import listen
 from app.leaderboards.service import (
+    COVER_MEASURES,
+    EvaluationData,
     LeaderboardRequest,
+    build_leaderboard,
     compute_leaderboard,
     evaluation_data,
     leaderboard_json,
     leaderboard_table,
     load_evaluation_data,
+    manual_per_query_correlation,
     score_systems,
 )
 from app.models import Collection, Grader
@@ -84,8 +88,9 @@ def _int(value: Any, default: int | None = None) -> int | None:
 
 def board_view(session: Session, collection: Collection, params: dict[str, Any]) -> dict[str, Any]:
     request, grader = _request(session, collection, params)
+    data = evaluation_data(session, collection, request)
     try:
-        board = compute_leaderboard(session, collection, request)
+        board = build_leaderboard(data, request, official_leaderboard(session, collection) or None)
     except (MissingSystemsError, ValueError) as error:
         raise HTTPException(400, str(error)) from None
     systems = [s for s in board.systems if s.system != OVERALL]
@@ -107,9 +112,26 @@ def board_view(session: Session, collection: Collection, params: dict[str, Any])
             for s in board.systems
         ],
         "correlation": board.correlation,
+        "per_query": _per_query_rows(session, collection, data, request),
         "errorbars": charts.error_bars([(s.system, s.score, s.ci_low, s.ci_high) for s in systems]),
         "scatter": charts.rank_scatter(points),
     }
+
+
+def _per_query_rows(
+    session: Session, collection: Collection, data: EvaluationData, request: LeaderboardRequest
+) -> list[dict[str, Any]] | None:
+    """Per query: the systems ordered by the measure on derived qrels vs on the manual judgments.
+
+    Defined for trec_eval measures (Cover has no manual counterpart); None otherwise.
+    """
+    if request.measure.lower() in COVER_MEASURES:
+        return None
+    correlations = manual_per_query_correlation(session, collection, data, request)
+    return [
+        {"query": q, "spearman": c.spearman, "kendall": c.kendall, "n": c.n_systems}
+        for q, c in sorted(correlations.items())
+    ]
 
 
 def _choices(session: Session, collection: Collection) -> dict[str, Any]:
