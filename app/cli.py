@@ -355,7 +355,7 @@ def grade_command(
     prompt_class: Annotated[str, typer.Option("--prompt-class", help="Prompt class (rubric prompts lists them).")] = (
         "QuestionSelfRatedUnanswerablePromptWithChoices"
     ),
-    backend: Annotated[str, typer.Option("--backend", help="hf, openai or similarity.")] = "similarity",
+    backend: Annotated[str, typer.Option("--backend", help="hf, openai, similarity or hf-qa.")] = "similarity",
     model: Annotated[
         str | None, typer.Option("--model", help="Hub id, local path, .gguf file, smollm2, minilm.")
     ] = None,
@@ -397,7 +397,7 @@ def grade_command(
         custom_prompt=str(custom_prompt) if custom_prompt else None,
         custom_parser=custom_parser,
     )
-    _check_choice("--backend", backend, ("hf", "openai", "similarity"))
+    _check_choice("--backend", backend, ("hf", "openai", "similarity", "hf-qa"))
     _check_choice("--mode", mode, ("generate", "score"))
     scope = CellScope(query_ids=frozenset(query) if query else None, max_queries=max_queries)
     with _user_errors(), _session() as session:

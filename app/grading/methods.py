@@ -126,6 +126,8 @@ class PromptGrader:
     def _render(self, cell: CellInput, budget: int) -> PromptMessages:
         if not cell.passage_text.strip():
             raise ValueError("empty passage")
+        if getattr(self.backend, "question_answering", False):
+            return self.prompt.render_qa(cell)
         rendered = self.prompt.render(cell, self.backend.tokenizer, budget)
         if self.json_mode and self.prompt.json_instruction:
             return PromptMessages(

@@ -151,6 +151,13 @@ class PromptClass:
         user = _truncate_after(user_head, cell.passage_text, tokenizer, system_budget)
         return PromptMessages(text=text, system=self.chat_system, user=user)
 
+    def render_qa(self, cell: CellInput) -> PromptMessages:
+        """The QA-pipeline variant: ``system`` = the question part, ``user`` = the passage (the reader truncates it)."""
+        if self.is_direct:
+            raise ValueError(f"{self.name}: an extractive QA reader grades question and nugget prompts only")
+        question = fill(self.question_part, **{self.item_placeholder: cell.item_text}).rstrip("\n")
+        return PromptMessages(text=f"{question}\n{cell.passage_text}", system=question, user=cell.passage_text)
+
     def _render_direct(self, cell: CellInput, tokenizer: Tokenizer, max_tokens: int) -> str:
         empty = fill(self.template, query=cell.query_text, context="")
         budget = max_tokens - len(tokenizer.encode(empty)) - tokenizer.num_special_tokens() - TRUNCATION_SLACK

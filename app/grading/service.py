@@ -16,9 +16,14 @@ from app.grading.prompts import DEFAULT_PROMPT_CLASS, PromptClass, get_prompt_cl
 from app.models import Collection, RubricVersion
 from app.rubrics.service import latest_version
 
-BackendName = Literal["hf", "openai", "similarity"]
+BackendName = Literal["hf", "openai", "similarity", "hf-qa"]
 DEFAULT_BACKEND: BackendName = "similarity"
-DEFAULT_MODELS: dict[str, str] = {"hf": SMOLLM2, "similarity": MINILM, "openai": "gpt-4o-mini"}
+DEFAULT_MODELS: dict[str, str] = {
+    "hf": SMOLLM2,
+    "similarity": MINILM,
+    "openai": "gpt-4o-mini",
+    "hf-qa": "deepset/roberta-base-squad2",
+}
 
 
 @dataclass(frozen=True)
@@ -77,7 +82,11 @@ def build_method(spec: GraderSpec) -> GradingMethod:
 
 
 def build_backend(spec: GraderSpec) -> Any:
-    """The LLM backend of a spec (hf or openai), not yet loaded."""
+    """The LLM backend of a spec (hf, hf-qa or openai), not yet loaded."""
+    if spec.backend == "hf-qa":
+        from app.grading.backends.qa import QuestionAnsweringBackend
+
+        return QuestionAnsweringBackend(spec.model_ref, device=spec.device, max_tokens=spec.max_tokens)
     if spec.backend == "openai":
         from app.grading.backends.openai_http import OpenAIBackend
 
