@@ -79,7 +79,7 @@ def test_queues_and_gpu_reservation() -> None:
 def test_web_health_endpoint_exists() -> None:
     from app.web.main import create_app
 
-    paths = {route.path for route in create_app().routes}  # type: ignore[attr-defined]
+    paths = {getattr(route, "path", None) for route in create_app().routes}
     assert "/healthz" in paths
     assert SERVICES["web"]["ports"] == ["8000:8000"]
 
