@@ -271,3 +271,12 @@ def test_leaderboard_shows_per_query_correlation_for_trec_measures(client: TestC
     assert 'data-testid="per-query"' in page
     assert page.count("<tr><td>bees</td>") + page.count("<tr><td>bread</td>") + page.count("<tr><td>aurora</td>") == 3
     assert 'data-testid="per-query"' not in client.get("/c/sample/leaderboard?measure=cover").text
+
+
+def test_the_web_process_never_imports_torch() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys; from app.web.main import create_app; create_app(); print('torch' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "False"

@@ -10,6 +10,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import PlainTextResponse, Response, StreamingResponse
 from scipy.stats import kendalltau
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.agreement.service import agreement_tables, as_table
@@ -36,7 +37,7 @@ from app.leaderboards.service import (
     manual_per_query_correlation,
     score_systems,
 )
-from app.models import Collection, Grader
+from app.models import Collection, Grader, RubricVersion
 from app.oversight.service import bad_questions_table, uncovered_table, verify_grading_table
 from app.rubrics.service import latest_version
 from app.web import charts
@@ -135,10 +136,6 @@ def _per_query_rows(
 
 
 def _choices(session: Session, collection: Collection) -> dict[str, Any]:
-    from sqlalchemy import select
-
-    from app.models import RubricVersion
-
     versions = session.scalars(
         select(RubricVersion.number)
         .where(RubricVersion.collection_id == collection.id, RubricVersion.status == "published")

@@ -17,7 +17,7 @@ from app.grading.service import GraderSpec, plan_for
 from app.jobs import service
 from app.jobs.dispatch import dispatch_generation
 from app.jobs.launch import collection_grader, launch_grading, start, system_scope
-from app.models import Job, JobBatch, Query, System
+from app.models import Collection, Job, JobBatch, Query, System
 from app.web.deps import CurrentUser, db, render, require
 from app.web.routes.collections import get_or_404
 
@@ -186,8 +186,6 @@ def cancel(job_id: int, user: CurrentUser = Depends(require("organizer")), sessi
     service.cancel(session, job)
     session.commit()
     collection = job.collection_id
-    from app.models import Collection
-
     return RedirectResponse(f"/c/{session.get_one(Collection, collection).name}/jobs", status_code=303)
 
 
@@ -198,8 +196,6 @@ def job_page(
     job = session.get(Job, job_id)
     if job is None:
         raise HTTPException(404, f"no job {job_id}")
-    from app.models import Collection
-
     errors = session.execute(
         select(JobBatch.number, JobBatch.error).where(JobBatch.job_pk == job_id, JobBatch.error.is_not(None))
     ).all()
