@@ -12,7 +12,8 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import lru_cache
 
-from app.db import session_scope
+from app.config import get_settings
+from app.db import engine_for, session_scope
 from app.events import publish
 from app.jobs.events import after_batch, job_event
 from app.jobs.service import execute_batch, execute_generation
@@ -28,14 +29,15 @@ class EmbeddedWorker:
         self._lock = threading.Lock()
 
     def submit_batches(self, batch_ids: list[int]) -> None:
+        url = get_settings().database_url  # the database the job lives in, fixed at submission
         for batch_id in batch_ids:
-            future = self.grading.submit(self._run, batch_id)
+            future = self.grading.submit(self._run, url, batch_id)
             with self._lock:
                 self._pending.add(future)
             future.add_done_callback(self._forget)
 
     def submit_generation(self, job_id: int) -> None:
-        future = self.grading.submit(self._generate, job_id)
+        future = self.grading.submit(self._generate, get_settings().database_url, job_id)
         with self._lock:
             self._pending.add(future)
         future.add_done_callback(self._forget)
@@ -49,18 +51,18 @@ class EmbeddedWorker:
             return not self._pending
 
     @staticmethod
-    def _generate(job_id: int) -> None:
+    def _generate(url: str, job_id: int) -> None:
         try:
-            with session_scope() as session:
+            with session_scope(engine_for(url)) as session:
                 job = execute_generation(session, job_id)
                 publish(job.collection_id, job_event(job))
         except Exception:
             log.exception("embedded drafting job %s failed", job_id)
 
     @staticmethod
-    def _run(batch_id: int) -> None:
+    def _run(url: str, batch_id: int) -> None:
         try:
-            with session_scope() as session:
+            with session_scope(engine_for(url)) as session:
                 job = execute_batch(session, batch_id)
                 if job is not None:
                     after_batch(session, job)
