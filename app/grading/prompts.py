@@ -10,7 +10,7 @@ import hashlib
 import json
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
 
@@ -94,7 +94,6 @@ class PromptClass:
     letter_choices: bool = True
     description: str = ""
     item_placeholder: str = "question"
-    extras: dict[str, str] = field(default_factory=dict)
 
     @property
     def is_direct(self) -> bool:

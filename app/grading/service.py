@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -47,7 +47,6 @@ class GraderSpec:
     json_mode: bool = False
     custom_prompt: str | None = None
     custom_parser: str = "rating"
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def model_ref(self) -> str:
@@ -58,7 +57,9 @@ class GraderSpec:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> GraderSpec:
-        return cls(**data)
+        """From a stored job's parameters; keys this version does not know are ignored."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
 
     @property
     def prompt_type(self) -> str:
