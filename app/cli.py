@@ -124,30 +124,19 @@ def import_command(
 ) -> None:
     """Import files into a collection, all in one transaction: any error leaves the database unchanged."""
     from app.collections import service
-    from app.collections.responses import import_responses
-    from app.rubrics.service import import_banks
+    from app.collections.importing import ImportFiles, import_files
 
-    totals: dict[str, int] = {}
+    files = ImportFiles(
+        queries=[queries] if queries else [],
+        passages=list(passages or []),
+        bank=list(bank or []),
+        runs=_run_files(runs or []),
+        qrels=[qrels] if qrels else [],
+        official=[official] if official else [],
+        responses=list(responses or []),
+    )
     with _user_errors(), _session() as session, _progress("importing") as progress:
-        target = service.ensure_collection(session, collection)
-        reports = []
-        if queries:
-            reports.append(service.import_queries(session, target, queries))
-        for path in passages or []:
-            reports.append(service.import_interchange(session, target, path, progress))
-        if bank:
-            reports.append(import_banks(session, target, bank))
-        for path in _run_files(runs or []):
-            reports.append(service.import_run(session, target, path, progress))
-        if qrels:
-            reports.append(service.import_qrels(session, target, qrels))
-        if official:
-            reports.append(service.import_official(session, target, official))
-        for path in responses or []:
-            reports.append(import_responses(session, target, path))
-        for report in reports:
-            for kind, n in report.counts.items():
-                totals[kind] = totals.get(kind, 0) + n
+        totals = import_files(session, service.ensure_collection(session, collection), files, progress)
     summary = ", ".join(f"{n} {kind}" for kind, n in totals.items()) or "nothing new"
     err.print(f"imported into {collection!r}: {summary}")
 

@@ -11,6 +11,7 @@ import queue
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import lru_cache
 from typing import Any
 
 from app.config import get_settings
@@ -46,32 +47,34 @@ class _LocalBroadcaster:
 LOCAL = _LocalBroadcaster()
 
 
-def _redis() -> Any:
+@lru_cache(maxsize=4)
+def _client_for(url: str) -> Any:
     import redis
 
+    return redis.Redis.from_url(url)  # thread-safe, with its own connection pool: one per process and URL
+
+
+def redis_client() -> Any:
+    """The process's Redis client for ``RUBRIC_REDIS_URL``, or None in embedded mode."""
     url = get_settings().redis_url
-    return redis.Redis.from_url(url) if url else None
+    return _client_for(url) if url else None
 
 
 def publish(collection_id: int, event: dict[str, Any]) -> None:
     """Send ``event`` to everyone watching the collection (never raises: events are best effort)."""
-    client = None
     try:
-        client = _redis()
+        client = redis_client()
         if client is None:
             LOCAL.publish(collection_id, event)
         else:
             client.publish(_CHANNEL.format(collection_id), json.dumps(event))
     except Exception:  # noqa: BLE001  a broken event stream must not fail a grading batch
         return
-    finally:
-        if client is not None:
-            client.close()
 
 
 def listen(collection_id: int, timeout: float = 15.0) -> Iterator[dict[str, Any] | None]:
     """Events for one collection; yields None after ``timeout`` seconds of quiet (SSE keep-alives)."""
-    client = _redis()
+    client = redis_client()
     if client is None:
         with LOCAL.subscribe(collection_id) as inbox:
             while True:
@@ -88,4 +91,3 @@ def listen(collection_id: int, timeout: float = 15.0) -> Iterator[dict[str, Any]
             yield json.loads(message["data"]) if message else None
     finally:
         pubsub.close()
-        client.close()

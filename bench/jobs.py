@@ -48,9 +48,9 @@ from app.grading.engine import (  # noqa: E402
 )
 from app.grading.service import GraderSpec, plan_for  # noqa: E402
 from app.jobs.launch import launch_after_edit, launch_grading, start, wait_until_finished  # noqa: E402
-from app.jobs.service import cells_for, method_for  # noqa: E402
+from app.jobs.service import method_for  # noqa: E402
 from app.migrate import upgrade  # noqa: E402
-from app.models import BankItem, Grade, GradeCache, Job  # noqa: E402
+from app.models import BankItem, Grade, GradeCache  # noqa: E402
 from app.rubrics.editing import ItemChange, apply_edit  # noqa: E402
 from app.rubrics.service import import_banks  # noqa: E402
 from app.samples import write_sample  # noqa: E402
@@ -81,7 +81,7 @@ def clear_grades() -> None:
 
 
 def direct_run() -> float:
-    """The grading engine called on the same batches a job would make, one commit per batch."""
+    """The grading engine called on the same batches a job would make, one commit per batch (the baseline)."""
     clear_grades()
     with session_scope() as session:
         collection = get_collection(session, "sample")
@@ -91,19 +91,9 @@ def direct_run() -> float:
         session.commit()
         start_time = time.perf_counter()
         for begin in range(0, len(cells), BATCH):
-            grade_batch(
-                session,
-                method,
-                grader_pk,
-                cells_for(session, _fake_job(), [[c.pool_entry_pk, c.item_id] for c in cells[begin : begin + BATCH]]),
-            )
+            grade_batch(session, method, grader_pk, cells[begin : begin + BATCH])
             session.commit()
         return time.perf_counter() - start_time
-
-
-def _fake_job() -> Job:
-    with session_scope() as session:
-        return Job(collection_id=get_collection(session, "sample").id)
 
 
 def job_run() -> float:

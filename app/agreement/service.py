@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 from app.collections import queries
 from app.evaluation.agreement import AgreementTable, binary_tables, format_kappa, rating_tables
 from app.evaluation.formatting import Table
+from app.evaluation.types import GradedPool, Judgments
 from app.models import Collection
 
 MIN_ANSWERS_DEFAULT = (1, 2, 5)
@@ -28,7 +29,14 @@ def agreement_tables(
     pool = queries.pool_keys(session, collection)
     graded = queries.load_graded_pool(session, pool, grader)
     judgments = queries.load_judgments(session, pool)
-    build = rating_tables if grader.is_self_rated else binary_tables
+    return build_agreement_tables(graded, judgments, grader.is_self_rated, min_answers, min_judgment)
+
+
+def build_agreement_tables(
+    graded: GradedPool, judgments: Judgments, is_self_rated: bool, min_answers: list[int], min_judgment: int
+) -> list[AgreementTable]:
+    """The tables for already loaded grades and judgments, one set per min-answers value."""
+    build = rating_tables if is_self_rated else binary_tables
     tables: list[AgreementTable] = []
     for m in min_answers:
         tables += build(graded, judgments, min_answers=m, min_judgment=min_judgment)

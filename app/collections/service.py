@@ -35,7 +35,7 @@ from app.sqlutil import chunks, upsert
 Progress = Callable[[int], None]
 
 
-def _no_progress(_: int) -> None:
+def no_progress(_: int) -> None:
     return None
 
 
@@ -262,7 +262,7 @@ def _write_interchange_line(writer: CollectionWriter, record: InterchangeLine, f
 
 
 def import_interchange(
-    session: Session, collection: Collection, path: Path, progress: Progress = _no_progress
+    session: Session, collection: Collection, path: Path, progress: Progress = no_progress
 ) -> ImportReport:
     """Import an upstream ``[query_id, [paragraph, …]]`` file: passages, pool, rankings, judgments, grades."""
     writer = CollectionWriter(session, collection)
@@ -293,7 +293,7 @@ def import_queries(session: Session, collection: Collection, path: Path) -> Impo
     return writer.report
 
 
-def import_run(session: Session, collection: Collection, path: Path, progress: Progress = _no_progress) -> ImportReport:
+def import_run(session: Session, collection: Collection, path: Path, progress: Progress = no_progress) -> ImportReport:
     """Import one TREC run file; the system is named by the run tag (one tag per file)."""
     writer = CollectionWriter(session, collection)
     file = str(path)

@@ -156,6 +156,14 @@ def plan_cells(
     return cells
 
 
+def cached_keys(session: Session, keys: Iterable[str]) -> set[str]:
+    """The keys among ``keys`` that the cache holds (no outcome is loaded)."""
+    found: set[str] = set()
+    for batch in chunks(list(set(keys))):
+        found |= set(session.scalars(select(GradeCache.key).where(GradeCache.key.in_(batch))))
+    return found
+
+
 def _cached_outcomes(session: Session, keys: Iterable[str]) -> dict[str, Outcome]:
     found: dict[str, Outcome] = {}
     for batch in chunks(list(keys)):

@@ -27,7 +27,6 @@ from app.grading import templates as t
 
 Parser = Literal["rating", "thomas", "yes_no", "answerable", "answer_key", "brief_answer_key", "free"]
 PromptType = Literal["question", "nugget", "direct_grading"]
-PARSERS: tuple[str, ...] = ("rating", "thomas", "yes_no", "answerable", "answer_key", "brief_answer_key", "free")
 _PLACEHOLDER = re.compile(r"\{(question|nugget|context|query)\}")
 TRUNCATION_SLACK = 5  # the reference keeps five tokens spare
 

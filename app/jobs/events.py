@@ -8,8 +8,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from app.config import get_settings
-from app.events import publish
+from app.events import publish, redis_client
 from app.grading.service import GraderSpec, build_method
 from app.leaderboards.service import LeaderboardRequest, compute_leaderboard, leaderboard_json
 from app.models import Collection, Job
@@ -37,15 +36,9 @@ def job_event(job: Job) -> dict[str, Any]:
 
 def _due(collection_id: int) -> bool:
     """At most one leaderboard push per collection per second, across processes when Redis is there."""
-    url = get_settings().redis_url
-    if url:
-        import redis
-
-        client = redis.Redis.from_url(url)
-        try:
-            return bool(client.set(f"rubric:leaderboard-throttle:{collection_id}", 1, nx=True, px=1000))
-        finally:
-            client.close()
+    client = redis_client()
+    if client is not None:
+        return bool(client.set(f"rubric:leaderboard-throttle:{collection_id}", 1, nx=True, px=1000))
     with _lock:
         now = time.monotonic()
         if now - _last_sent.get(collection_id, 0.0) < 1.0:

@@ -17,11 +17,11 @@ from typing import Any
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from app.grading.engine import Cell, GradingReport, ensure_method_grader, grade_batch
+from app.grading.engine import Cell, GradingReport, cached_keys, ensure_method_grader, grade_batch
 from app.grading.methods import GradingMethod, cache_key
 from app.grading.prompts import CellInput
 from app.grading.service import GraderSpec, build_method
-from app.models import DIRECT_ITEM, BankItem, Collection, Grade, GradeCache, Job, JobBatch, Passage, PoolEntry, Query
+from app.models import DIRECT_ITEM, BankItem, Collection, Grade, Job, JobBatch, Passage, PoolEntry, Query
 from app.models.base import utcnow
 from app.sqlutil import chunks, upsert
 
@@ -53,12 +53,11 @@ class Estimate:
 def estimate(session: Session, spec: GraderSpec, cells: Sequence[Cell], prices: dict[str, Any]) -> Estimate:
     """Split the cells into cached and new without loading any model, and price the new ones."""
     method = build_method(spec)
-    keys = {cache_key(method, c.input): c for c in cells}
-    cached_keys: set[str] = set()
-    for batch in chunks(list(keys)):
-        cached_keys |= set(session.scalars(select(GradeCache.key).where(GradeCache.key.in_(batch))))
-    new = [cell for key, cell in keys.items() if key not in cached_keys]
-    cached = sum(1 for c in cells if cache_key(method, c.input) in cached_keys)
+    keys = [cache_key(method, c.input) for c in cells]
+    known = cached_keys(session, keys)
+    unique = dict(zip(keys, cells, strict=True))
+    new = [cell for key, cell in unique.items() if key not in known]
+    cached = sum(1 for key in keys if key in known)
     tokens = sum(len(c.input.passage_text) + len(c.input.item_text) + 400 for c in new) // 4
     rate = throughput(session, spec)
     price = prices.get(spec.model_ref) if spec.backend == "openai" else None
@@ -80,9 +79,9 @@ def throughput(session: Session, spec: GraderSpec) -> float | None:
         .limit(200)
     ).all()
     wanted = spec.as_dict()
-    calls = sum(r.model_calls for r in rows if r.params.get("grader") == wanted and r.seconds)
-    seconds = sum(r.seconds for r in rows if r.params.get("grader") == wanted and r.seconds)
-    return calls / seconds if seconds else None
+    mine = [r for r in rows if r.params.get("grader") == wanted and r.seconds]
+    seconds = sum(r.seconds for r in mine)
+    return sum(r.model_calls for r in mine) / seconds if seconds else None
 
 
 def launch(

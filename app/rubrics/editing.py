@@ -19,7 +19,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.collections.service import CollectionWriter
-from app.models import BankItem, Collection, Query, RubricVersion
+from app.models import BankItem, Collection, RubricVersion
 from app.rubrics.service import ItemSpec, create_version, item_id_for, latest_version, store_items, version_item_pks
 
 Action = Literal["edit", "add", "delete", "move"]
@@ -191,10 +191,3 @@ def _describe(changes: Sequence[ItemChange]) -> str:
     for change in changes:
         counts[change.action] = counts.get(change.action, 0) + 1
     return ", ".join(f"{action} {n}" for action, n in counts.items())
-
-
-def query_pk_of(session: Session, collection: Collection, query_id: str) -> int:
-    pk = session.scalar(select(Query.id).where(Query.collection_id == collection.id, Query.query_id == query_id))
-    if pk is None:
-        raise LookupError(f"collection {collection.name!r} has no query {query_id!r}")
-    return pk

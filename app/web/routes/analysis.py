@@ -13,7 +13,7 @@ from scipy.stats import kendalltau
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.agreement.service import agreement_tables, as_table
+from app.agreement.service import as_table, build_agreement_tables
 from app.collections import queries
 from app.collections.queries import GraderSelectionError, graders_of
 from app.collections.service import official_leaderboard
@@ -265,24 +265,16 @@ def agreement_view(
     min_judgment: int,
     official: dict[str, float],
 ) -> dict[str, Any]:
-    tables = agreement_tables(
-        session,
-        collection,
-        min_answers=[min_answers],
-        min_judgment=min_judgment,
-        model=grader.model,
-        prompt_class=grader.prompt_class,
-    )
-    pool = queries.pool_keys(session, collection)
-    graded = queries.load_graded_pool(session, pool, grader)
+    data = load_evaluation_data(session, collection, model=grader.model, prompt_class=grader.prompt_class)
+    graded, pool = data.graded, data.pool
     judgments = queries.load_judgments(session, pool)
+    tables = build_agreement_tables(graded, judgments, grader.is_self_rated, [min_answers], min_judgment)
     judged = [(q, p, max(js)) for q, docs in judgments.items() for p, js in docs.items() if js]
     sweep = []
     for tau in range(1, 6):
         pairs = [(_max(graded, q, p) >= tau, rel >= min_judgment) for q, p, rel in judged if p in graded.get(q, {})]
         kappa, _ = _kappa(pairs)
-        correlation = _leaderboard_tau(session, collection, grader, tau, official)
-        sweep.append({"tau": tau, "kappa": kappa, "kendall": correlation})
+        sweep.append({"tau": tau, "kappa": kappa, "kendall": _leaderboard_tau(data, tau, official)})
     return {
         "tables": [_table_view(as_table(t), t) for t in tables],
         "sweep": sweep,
@@ -296,12 +288,10 @@ def _max(graded: Any, query_id: str, passage_id: str) -> int:
     return max(grade.ratings.values(), default=0)
 
 
-def _leaderboard_tau(
-    session: Session, collection: Collection, grader: Grader, tau: int, official: dict[str, float]
-) -> float | None:
+def _leaderboard_tau(data: EvaluationData, tau: int, official: dict[str, float]) -> float | None:
+    """Kendall τ of the Cover leaderboard at threshold ``tau`` against the official one."""
     if not official:
         return None
-    data = load_evaluation_data(session, collection, model=grader.model, prompt_class=grader.prompt_class)
     scores = score_systems(data, LeaderboardRequest(measure="cover", min_rating=tau, bootstrap_samples=0))
     try:
         return rank_correlation({s.system: s.score for s in scores if s.system != OVERALL}, official).kendall

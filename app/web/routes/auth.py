@@ -45,11 +45,7 @@ def logout(request: Request) -> Response:
 def users_page(
     request: Request, user: CurrentUser = Depends(require("organizer")), session: Session = Depends(db)
 ) -> Response:
-    rows = [
-        {"name": u.name, "role": u.role, "created": u.created_at.strftime("%Y-%m-%d")}
-        for u in session.scalars(select(User).order_by(User.name))
-    ]
-    return render(request, "users.html", {"user": user, "users": rows, "roles": ROLES, "error": None})
+    return _users_page(request, session, user)
 
 
 @router.post("/users")
@@ -66,14 +62,17 @@ def add_user(
         session.commit()
     except ValueError as error:
         session.rollback()
-        rows = [
-            {"name": u.name, "role": u.role, "created": u.created_at.strftime("%Y-%m-%d")}
-            for u in session.scalars(select(User).order_by(User.name))
-        ]
-        return render(
-            request, "users.html", {"user": user, "users": rows, "roles": ROLES, "error": str(error)}, status=400
-        )
+        return _users_page(request, session, user, error=str(error))
     return RedirectResponse("/users", status_code=303)
+
+
+def _users_page(request: Request, session: Session, user: CurrentUser, error: str | None = None) -> Response:
+    rows = [
+        {"name": u.name, "role": u.role, "created": u.created_at.strftime("%Y-%m-%d")}
+        for u in session.scalars(select(User).order_by(User.name))
+    ]
+    context = {"user": user, "users": rows, "roles": ROLES, "error": error}
+    return render(request, "users.html", context, status=400 if error else 200)
 
 
 def _local(target: str) -> str:

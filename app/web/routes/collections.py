@@ -13,10 +13,10 @@ from sqlalchemy.orm import Session
 
 from app.collections import service
 from app.collections.errors import CollectionNotFound, ImportFormatError
+from app.collections.importing import ImportFiles, import_files
 from app.collections.queries import collection_summaries, describe_grader, graders_of
-from app.collections.responses import import_responses
 from app.models import Collection, Grade, Job, Judgment, PoolEntry, Query, RubricVersion, System
-from app.rubrics.service import import_banks, latest_version
+from app.rubrics.service import latest_version
 from app.web.deps import CurrentUser, db, render, require
 
 router = APIRouter()
@@ -35,11 +35,11 @@ def get_or_404(session: Session, name: str) -> Collection:
 def collections_page(
     request: Request, user: CurrentUser = Depends(require("viewer")), session: Session = Depends(db)
 ) -> Response:
-    rows = [{"name": n, "queries": q, "passages": p, "systems": s} for n, q, p, s in collection_summaries(session)]
-    return render(request, "collections.html", {"user": user, "collections": rows, "errors": []})
+    return render(request, "collections.html", {"user": user, "collections": _summaries(session), "errors": []})
 
 
-_IMPORT_FIELDS = ("passages", "queries", "bank", "runs", "qrels", "official", "responses")
+def _summaries(session: Session) -> list[dict[str, Any]]:
+    return [{"name": n, "queries": q, "passages": p, "systems": s} for n, q, p, s in collection_summaries(session)]
 
 
 @router.post("/collections/import")
@@ -69,15 +69,17 @@ async def import_collection(
     with tempfile.TemporaryDirectory() as tmp:
         saved = {kind: [await _save(Path(tmp), f) for f in files if f.filename] for kind, files in uploads.items()}
         try:
-            counts = _import(session, name.strip(), saved)
+            if not name.strip():
+                raise ValueError("a collection needs a name")
+            counts = import_files(session, service.ensure_collection(session, name.strip()), ImportFiles(**saved))
             session.commit()
         except (ImportFormatError, ValueError, LookupError) as error:
             session.rollback()
-            rows = [
-                {"name": n, "queries": q, "passages": p, "systems": s} for n, q, p, s in collection_summaries(session)
-            ]
             return render(
-                request, "collections.html", {"user": user, "collections": rows, "errors": [str(error)]}, status=400
+                request,
+                "collections.html",
+                {"user": user, "collections": _summaries(session), "errors": [str(error)]},
+                status=400,
             )
     request.session["flash"] = "imported: " + (", ".join(f"{n} {k}" for k, n in counts.items()) or "nothing new")
     return RedirectResponse(f"/c/{name.strip()}", status_code=303)
@@ -87,25 +89,6 @@ async def _save(directory: Path, upload: UploadFile) -> Path:
     target = directory / Path(upload.filename or "upload").name  # the name users see in error messages
     target.write_bytes(await upload.read())
     return target
-
-
-def _import(session: Session, name: str, files: dict[str, list[Path]]) -> dict[str, int]:
-    if not name:
-        raise ValueError("a collection needs a name")
-    collection = service.ensure_collection(session, name)
-    reports = [service.import_queries(session, collection, p) for p in files["queries"]]
-    reports += [service.import_interchange(session, collection, p) for p in files["passages"]]
-    if files["bank"]:
-        reports.append(import_banks(session, collection, files["bank"]))
-    reports += [service.import_run(session, collection, p) for p in files["runs"]]
-    reports += [service.import_qrels(session, collection, p) for p in files["qrels"]]
-    reports += [service.import_official(session, collection, p) for p in files["official"]]
-    reports += [import_responses(session, collection, p) for p in files["responses"]]
-    totals: dict[str, int] = {}
-    for report in reports:
-        for kind, n in report.counts.items():
-            totals[kind] = totals.get(kind, 0) + n
-    return totals
 
 
 def overview(session: Session, collection: Collection) -> dict[str, Any]:
