@@ -10,6 +10,7 @@ from app.collections import queries
 from app.evaluation.agreement import AgreementTable, binary_tables, format_kappa, rating_tables
 from app.evaluation.formatting import Table
 from app.evaluation.types import GradedPool, Judgments
+from app.leaderboards.service import load_evaluation_data
 from app.models import Collection
 
 MIN_ANSWERS_DEFAULT = (1, 2, 5)
@@ -25,11 +26,9 @@ def agreement_tables(
     prompt_class: str | None = None,
 ) -> list[AgreementTable]:
     """GRADED/MERGE/LENIENT/STRICT (self-rated) or BINARY/GRADED (boolean) tables per min-answers."""
-    grader = queries.select_grader(session, collection, model=model, prompt_class=prompt_class)
-    pool = queries.pool_keys(session, collection)
-    graded = queries.load_graded_pool(session, pool, grader)
-    judgments = queries.load_judgments(session, pool)
-    return build_agreement_tables(graded, judgments, grader.is_self_rated, min_answers, min_judgment)
+    data = load_evaluation_data(session, collection, model=model, prompt_class=prompt_class)
+    judgments = queries.load_judgments(session, data.pool)
+    return build_agreement_tables(data.graded, judgments, data.grader.is_self_rated, min_answers, min_judgment)
 
 
 def build_agreement_tables(

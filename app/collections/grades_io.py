@@ -10,9 +10,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.collections.errors import ImportFormatError
+from app.collections.revision import upsert_grades
 from app.collections.schemas import ExamGradesIn, GradesIn, ParagraphIn
 from app.models import DIRECT_ITEM, Grade, Grader
-from app.sqlutil import upsert
 
 if TYPE_CHECKING:
     from app.collections.service import ImportReport
@@ -125,9 +125,18 @@ def _exam_grade_rows(
 
 
 def write_paragraph_grades(
-    session: Session, report: ImportReport, entry_pk: int, paragraph: ParagraphIn, file: str, line: int, index: int
+    session: Session,
+    report: ImportReport,
+    entry_pk: int,
+    paragraph: ParagraphIn,
+    where: tuple[str, int, int],
+    stamp: tuple[int, int],
 ) -> None:
-    """Upsert the paragraph's exam_grades and grades as Grade rows (one grader per entry)."""
+    """Upsert the paragraph's exam_grades and grades as Grade rows (one grader per entry).
+
+    ``where`` is (file, line, paragraph index) for error messages; ``stamp`` the (collection, revision).
+    """
+    file, line, index = where
     rows: list[dict[str, Any]] = []
     for g, entry in enumerate(paragraph.exam_grades or []):
         field = f"paragraphs[{index}].exam_grades[{g}]"
@@ -153,7 +162,7 @@ def write_paragraph_grades(
     keys = [(r["grader_pk"], r["item_id"]) for r in rows]
     if len(set(keys)) != len(keys):
         raise ImportFormatError(file, line, f"paragraphs[{index}].exam_grades", "two grade entries of one grader")
-    upsert(session, Grade, rows, keys=("grader_pk", "pool_entry_pk", "item_id"), update=GRADE_FIELDS)
+    upsert_grades(session, rows, update=GRADE_FIELDS, stamp=stamp)
     report.add("grades", len(rows))
 
 

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
 
 from app.evaluation.oversight import BankEntry
-from app.evaluation.types import GradedPool, Judgments, PassageGrade, RankedPassage, Rankings
+from app.evaluation.types import Judgments
 from app.models import (
     BankItem,
     Collection,
@@ -21,7 +22,6 @@ from app.models import (
     Passage,
     PoolEntry,
     Query,
-    RankingEntry,
     RubricVersion,
     RubricVersionItem,
     System,
@@ -34,32 +34,57 @@ class GraderSelectionError(LookupError):
     """No grader, or more than one, matches the requested model and prompt class."""
 
 
-def describe_grader(grader: Grader) -> str:
+class GraderLike(Protocol):
+    @property
+    def model(self) -> str: ...
+    @property
+    def prompt_class(self) -> str: ...
+    @property
+    def prompt_type(self) -> str: ...
+    @property
+    def template_hash(self) -> str: ...
+
+
+AnyGrader = TypeVar("AnyGrader", bound=GraderLike)
+
+
+@dataclass(frozen=True, slots=True)
+class GraderRef:
+    """A grader configuration as plain values, safe to keep beyond the session that loaded it."""
+
+    id: int
+    model: str
+    prompt_class: str
+    prompt_type: str
+    template_hash: str
+    is_self_rated: bool
+
+    @classmethod
+    def of(cls, grader: Grader) -> GraderRef:
+        return cls(
+            grader.id,
+            grader.model,
+            grader.prompt_class,
+            grader.prompt_type,
+            grader.template_hash,
+            grader.is_self_rated,
+        )
+
+
+def describe_grader(grader: GraderLike) -> str:
     return f"model={grader.model} prompt-class={grader.prompt_class} template={grader.template_hash[:20]}"
 
 
 def graders_of(session: Session, collection: Collection) -> list[Grader]:
     """Grader configurations that have grades in the collection."""
-    pks = (
-        select(Grade.grader_pk)
-        .join(PoolEntry, PoolEntry.id == Grade.pool_entry_pk)
-        .join(Query, Query.id == PoolEntry.query_pk)
-        .where(Query.collection_id == collection.id)
-        .distinct()
-    )
+    pks = select(Grade.grader_pk).where(Grade.collection_id == collection.id).distinct()
     return list(session.scalars(select(Grader).where(Grader.id.in_(pks)).order_by(Grader.id)))
 
 
-def select_grader(
-    session: Session,
-    collection: Collection,
-    *,
-    model: str | None,
-    prompt_class: str | None,
-    prompt_type: str | None = None,
-) -> Grader:
-    """The one grader with grades in the collection that matches the filters (GradeFilter)."""
-    available = graders_of(session, collection)
+def match_grader(
+    available: Sequence[AnyGrader], *, model: str | None, prompt_class: str | None, prompt_type: str | None = None
+) -> AnyGrader:
+    """The one grader in ``available`` that matches the filters (GradeFilter)."""
     matching = [
         g
         for g in available
@@ -75,6 +100,19 @@ def select_grader(
     raise GraderSelectionError(
         f"{len(matching)} grader configurations match; narrow with --model/--prompt-class. Available: {listing}"
     )
+
+
+def select_grader(
+    session: Session,
+    collection: Collection,
+    *,
+    model: str | None,
+    prompt_class: str | None,
+    prompt_type: str | None = None,
+) -> Grader:
+    """The one grader with grades in the collection that matches the filters."""
+    available = graders_of(session, collection)
+    return match_grader(available, model=model, prompt_class=prompt_class, prompt_type=prompt_type)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,24 +142,6 @@ def pool_keys(session: Session, collection: Collection) -> PoolKeys:
     return PoolKeys(collection.id, {pk: (qid, pid) for pk, qid, pid in rows})
 
 
-def load_rankings(session: Session, collection: Collection, pool: PoolKeys) -> Rankings:
-    """system → query → passage → (rank, score), for every imported system."""
-    result: dict[str, dict[str, dict[str, RankedPassage]]] = {}
-    names = dict(session.execute(select(System.id, System.name).where(System.collection_id == collection.id)).all())
-    for name in names.values():
-        result[name] = {}
-    rows = session.execute(
-        select(RankingEntry.system_pk, RankingEntry.pool_entry_pk, RankingEntry.rank, RankingEntry.score)
-        .join(System, System.id == RankingEntry.system_pk)
-        .where(System.collection_id == collection.id)
-    ).all()
-    keys = pool.keys
-    for system_pk, entry_pk, rank, score in rows:
-        query_id, passage_id = keys[entry_pk]
-        result[names[system_pk]].setdefault(query_id, {})[passage_id] = RankedPassage(rank, score)
-    return result
-
-
 def version_item_ids(session: Session, version: RubricVersion) -> set[str]:
     return set(
         session.scalars(
@@ -147,52 +167,6 @@ def load_overrides(session: Session, pool: PoolKeys) -> dict[int, dict[str, int]
     return result
 
 
-def load_graded_pool(
-    session: Session,
-    pool: PoolKeys,
-    grader: Grader,
-    *,
-    item_ids: set[str] | None = None,
-    overrides: dict[int, dict[str, int]] | None = None,
-) -> GradedPool:
-    """query → passage → PassageGrade for one grader; ``item_ids`` restricts to a rubric version's items.
-
-    With ``overrides``, a judge's rating replaces the grader's for that cell (and counts as answered iff > 0).
-    """
-    ratings: dict[int, dict[str, int]] = defaultdict(dict)
-    correct: dict[int, set[str]] = defaultdict(set)
-    graded: dict[int, set[str]] = defaultdict(set)
-    rows = session.execute(
-        _in_collection(
-            select(Grade.pool_entry_pk, Grade.item_id, Grade.self_rating, Grade.correct), Grade.pool_entry_pk, pool
-        ).where(Grade.grader_pk == grader.id)
-    ).all()
-    keys = pool.keys
-    for entry_pk, item_id, rating, is_correct in rows:
-        if item_ids is not None and item_id and item_id not in item_ids:
-            continue
-        graded[entry_pk].add(item_id)
-        human = (overrides or {}).get(entry_pk, {}).get(item_id)
-        if human is not None:
-            rating, is_correct = human, human > 0
-        if rating is not None:
-            ratings[entry_pk][item_id] = rating
-        if is_correct:
-            correct[entry_pk].add(item_id)
-    result: dict[str, dict[str, PassageGrade]] = {}
-    for entry_pk in keys:
-        if entry_pk not in graded:
-            continue
-        query_id, passage_id = keys[entry_pk]
-        result.setdefault(query_id, {})[passage_id] = PassageGrade(
-            ratings=ratings.get(entry_pk, {}),
-            correct=frozenset(correct.get(entry_pk, ())),
-            item_ids=frozenset(graded[entry_pk]),
-            is_self_rated=grader.is_self_rated,
-        )
-    return result
-
-
 def load_judgments(session: Session, pool: PoolKeys) -> Judgments:
     """query → passage → judgments (in stored order)."""
     result: dict[str, dict[str, list[int]]] = {}
@@ -207,7 +181,7 @@ def load_judgments(session: Session, pool: PoolKeys) -> Judgments:
     return result
 
 
-def load_answers(session: Session, pool: PoolKeys, grader: Grader) -> dict[str, dict[str, dict[str, list[str]]]]:
+def load_answers(session: Session, pool: PoolKeys, grader_pk: int) -> dict[str, dict[str, dict[str, list[str]]]]:
     """query → passage → item → answers (extracted answer if stored, else the raw answer)."""
     result: dict[str, dict[str, dict[str, list[str]]]] = {}
     rows = session.execute(
@@ -215,7 +189,7 @@ def load_answers(session: Session, pool: PoolKeys, grader: Grader) -> dict[str, 
             select(Grade.pool_entry_pk, Grade.item_id, Grade.extracted_answer, Grade.raw_answer),
             Grade.pool_entry_pk,
             pool,
-        ).where(Grade.grader_pk == grader.id)
+        ).where(Grade.grader_pk == grader_pk)
     ).all()
     for entry_pk, item_id, extracted, raw in rows:
         answer = extracted if extracted is not None else raw

@@ -20,6 +20,7 @@ from app.collections.readers import (
     read_queries,
     read_run,
 )
+from app.collections.revision import next_revision
 from app.models import (
     Collection,
     Judgment,
@@ -82,6 +83,21 @@ class CollectionWriter:
         self.system_pks: dict[str, int] = dict(
             session.execute(select(System.name, System.id).where(System.collection_id == collection.id)).all()
         )
+        self._revision: int | None = None
+        self._structural = False
+
+    # -- revisions (see app/collections/revision.py) -------------------------------------------
+    def grade_stamp(self) -> tuple[int, int]:
+        """(collection id, revision) that this import stamps its grade rows with; the revision is taken once."""
+        if self._revision is None:
+            self._revision = next_revision(self.session, self.collection.id)
+        return self.collection.id, self._revision
+
+    def structure_changed(self) -> None:
+        """Queries, pool, systems or rankings changed: evaluation snapshots must reload everything."""
+        if not self._structural:
+            self._revision = next_revision(self.session, self.collection.id, structural=True)
+            self._structural = True
 
     # -- queries ---------------------------------------------------------------------------
     def ensure_query(self, query_id: str, text: str | None = None) -> int:
@@ -95,6 +111,7 @@ class CollectionWriter:
             )
             self.session.add(query)
             self.session.flush()
+            self.structure_changed()
             self._next_query_position += 1
             self.query_pks[query_id] = pk = query.id
             self.report.add("queries", 1)
@@ -159,6 +176,7 @@ class CollectionWriter:
         )
         missing = [pk for pk in dict.fromkeys(passage_pks) if pk not in stored]
         if missing:
+            self.structure_changed()
             start = len(stored)
             self.session.execute(
                 insert(PoolEntry),
@@ -178,11 +196,14 @@ class CollectionWriter:
             system = System(collection_id=self.collection.id, name=name)
             self.session.add(system)
             self.session.flush()
+            self.structure_changed()
             self.system_pks[name] = pk = system.id
             self.report.add("systems", 1)
         return pk
 
     def write_rankings(self, rows: list[dict[str, Any]]) -> None:
+        if rows:
+            self.structure_changed()
         upsert(
             self.session,
             RankingEntry,
@@ -256,7 +277,9 @@ def _write_interchange_line(writer: CollectionWriter, record: InterchangeLine, f
             )
         if data.judgments:
             judgments[entry] = [(j.relevance, j.titleQuery) for j in data.judgments]
-        grades_io.write_paragraph_grades(writer.session, writer.report, entry, paragraph, file, record.line, index)
+        grades_io.write_paragraph_grades(
+            writer.session, writer.report, entry, paragraph, (file, record.line, index), writer.grade_stamp()
+        )
     writer.write_rankings(rankings)
     writer.replace_judgments(judgments)
 

@@ -6,6 +6,9 @@ import heapq
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
+
+from app.evaluation.frame import NO_RATING, BoolArray, GradeFrame, IntArray
 from app.evaluation.types import GradedPool, PassageGrade, Qrels
 
 LabelMode = Literal["max", "min-answers", "count"]
@@ -56,12 +59,47 @@ def passage_label(grade: PassageGrade, rule: LabelRule) -> int:
     return min(heapq.nlargest(rule.min_answers, ratings))
 
 
+def frame_labels(grades: GradeFrame, rule: LabelRule) -> tuple[IntArray, IntArray]:
+    """(graded entries in pool order, their labels): ``passage_label`` for every passage at once."""
+    entries, cell_entry = np.unique(grades.entry, return_inverse=True)
+    rated = grades.rating != NO_RATING
+
+    def count(cells: BoolArray) -> IntArray:
+        counts: IntArray = np.bincount(cell_entry[cells], minlength=len(entries))
+        return counts
+
+    if not grades.is_self_rated or (rule.mode == "count" and rule.min_rating is None):
+        return entries, count(grades.correct)
+    if rule.mode == "count":
+        return entries, count(rated & (grades.rating >= (rule.min_rating or 0)))
+    if not np.all(count(rated) > 0):
+        raise ValueError("a self-rated grade without ratings cannot be labelled")
+    # rated cells sorted by entry, highest rating first: the m-th highest is at offset min(m, n) − 1
+    order = np.lexsort((-grades.rating[rated], cell_entry[rated]))
+    ratings, starts = grades.rating[rated][order], np.searchsorted(cell_entry[rated][order], np.arange(len(entries)))
+    m = 1 if rule.mode == "max" else rule.min_answers
+    offsets = np.minimum(m, count(rated)) - 1
+    return entries, ratings[starts + offsets]
+
+
+def frame_qrels(grades: GradeFrame, rule: LabelRule) -> Qrels:
+    """One qrels line per graded passage, grade-0 passages included, in pool order."""
+    entries, labels = frame_labels(grades, rule)
+    pool = grades.pool
+    passages, values = [pool.passage_ids[e] for e in entries.tolist()], labels.tolist()
+    # in pool order a query's passages are (almost always) one stretch of positions: add stretch by stretch
+    queries = pool.entry_query[entries]
+    starts = np.flatnonzero(np.r_[True, queries[1:] != queries[:-1]]).tolist() if len(entries) else []
+    qrels: Qrels = {}
+    for start, end in zip(starts, [*starts[1:], len(entries)], strict=True):
+        stretch = zip(passages[start:end], values[start:end], strict=True)
+        qrels.setdefault(pool.query_ids[int(queries[start])], {}).update(stretch)
+    return qrels
+
+
 def derive_qrels(graded: GradedPool, rule: LabelRule) -> Qrels:
-    """One qrels line per graded passage, grade-0 passages included."""
-    return {
-        query_id: {passage_id: passage_label(grade, rule) for passage_id, grade in pool.items()}
-        for query_id, pool in graded.items()
-    }
+    """``frame_qrels`` on the dict form."""
+    return frame_qrels(GradeFrame.from_graded(graded), rule)
 
 
 def format_qrels(qrels: Qrels) -> str:

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 import ir_measures
 from ir_measures import AP, RR, P, R, Rprec, nDCG
 
+from app.evaluation.frame import Runs
 from app.evaluation.stats import mean_stderr
 from app.evaluation.types import Qrels, RankedPassage, Rankings, SystemScore
 
@@ -56,6 +57,20 @@ def parse_measure(name: str, *, min_rating: int | None = None) -> ir_measures.Me
         ) from exc
 
 
+def top_depth(measure: ir_measures.Measure) -> int | None:
+    """The depth k such that the measure reads only each ranking's top k, or None.
+
+    P@k, R@k, nDCG@k and AP@k (trec_eval's P_k, recall_k, ndcg_cut_k, map_cut_k) look at the
+    ranks 1..k of the run and at the qrels alone (the ideal DCG and the number of relevant
+    passages come from the qrels), so evaluating the runs cut at their top k gives identical
+    values. Judged-only variants re-rank after dropping unjudged passages and are never cut.
+    """
+    params = measure.params
+    if measure.NAME not in {"P", "R", "nDCG", "AP"} or params.get("judged_only") or not params.get("cutoff"):
+        return None
+    return int(params["cutoff"])
+
+
 def run_dict(by_query: Mapping[str, Mapping[str, RankedPassage]]) -> dict[str, dict[str, float]]:
     return {
         query_id: {passage_id: float(entry.score) for passage_id, entry in ranked.items()}
@@ -63,19 +78,28 @@ def run_dict(by_query: Mapping[str, Mapping[str, RankedPassage]]) -> dict[str, d
     }
 
 
-def per_query_values(qrels: Qrels, rankings: Rankings, measure: ir_measures.Measure) -> dict[str, dict[str, float]]:
-    """system → query → value, over the queries present in both the qrels and the run (trec_eval without -c)."""
+def runs_of(rankings: Rankings) -> dict[str, dict[str, dict[str, float]]]:
+    """system → query → passage → score."""
+    return {system: run_dict(by_query) for system, by_query in rankings.items()}
+
+
+def per_query_values(qrels: Qrels, runs: Runs, measure: ir_measures.Measure) -> dict[str, dict[str, float]]:
+    """system → query → value, over the queries in both the qrels and the run, as trec_eval's "all" does.
+
+    ir_measures also reports a query the run lacks, with the measure's default 0 (trec_eval ``-c``);
+    those are dropped, so a system is averaged over the queries it answered, as in the papers' tables.
+    """
     evaluator = ir_measures.evaluator([measure], qrels)
-    values: dict[str, dict[str, float]] = {}
-    for system, by_query in rankings.items():
-        values[system] = {m.query_id: float(m.value) for m in evaluator.iter_calc(run_dict(by_query))}
-    return values
+    return {
+        system: {m.query_id: float(m.value) for m in evaluator.iter_calc(run) if m.query_id in run}
+        for system, run in runs.items()
+    }
 
 
-def trec_scores(qrels: Qrels, rankings: Rankings, measure: ir_measures.Measure) -> list[SystemScore]:
+def trec_scores(qrels: Qrels, runs: Runs, measure: ir_measures.Measure) -> list[SystemScore]:
     """Per system: mean ± stderr of the per-query values; the mean equals trec_eval's "all" value."""
     scores = []
-    for system, per_query in per_query_values(qrels, rankings, measure).items():
+    for system, per_query in per_query_values(qrels, runs, measure).items():
         mean, stderr = mean_stderr(list(per_query.values()))
         scores.append(SystemScore(system=system, score=mean, stderr=stderr, per_query=per_query))
     return scores

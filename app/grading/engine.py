@@ -15,13 +15,13 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.collections.grades_io import ensure_grader
+from app.collections.revision import upsert_grades
 from app.grading.methods import GradingMethod, Outcome, cache_key
 from app.grading.prompts import CellInput
 from app.models import (
     DIRECT_ITEM,
     BankItem,
     Collection,
-    Grade,
     GradeCache,
     Passage,
     PoolEntry,
@@ -223,7 +223,7 @@ def grade_batch(session: Session, method: GradingMethod, grader_pk: int, cells: 
     )
     outcomes.update(new_outcomes)
     rows = [_grade_row(cell, grader_pk, key, outcomes[key]) for cell, key in zip(cells, keys, strict=True)]
-    upsert(session, Grade, rows, keys=["grader_pk", "pool_entry_pk", "item_id"], update=GRADE_UPDATE)
+    upsert_grades(session, rows, update=GRADE_UPDATE)
     errors = [row["error"] for row in rows if row["error"]]
     report.errors = len(errors)
     report.error_samples = errors[:3]

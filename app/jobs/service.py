@@ -17,13 +17,14 @@ from typing import Any
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
+from app.collections.revision import upsert_grades
 from app.grading.engine import Cell, GradingReport, cached_keys, ensure_method_grader, grade_batch
 from app.grading.methods import GradingMethod, cache_key
 from app.grading.prompts import CellInput
 from app.grading.service import GraderSpec, build_method
-from app.models import DIRECT_ITEM, BankItem, Collection, Grade, Job, JobBatch, Passage, PoolEntry, Query
+from app.models import DIRECT_ITEM, BankItem, Collection, Job, JobBatch, Passage, PoolEntry, Query
 from app.models.base import utcnow
-from app.sqlutil import chunks, upsert
+from app.sqlutil import chunks
 
 BATCH_CELLS = 32
 MAX_ATTEMPTS = 3
@@ -226,7 +227,7 @@ def _fail(session: Session, job: Job, batch: JobBatch, method: GradingMethod, er
         {"pool_entry_pk": int(e), "grader_pk": grader_pk, "item_id": str(i), "position": n, "error": error}
         for n, (e, i) in enumerate(batch.cells)
     ]
-    upsert(session, Grade, rows, keys=["grader_pk", "pool_entry_pk", "item_id"], update=["error"])
+    upsert_grades(session, rows, update=["error"])
     batch.state, batch.error, batch.errors = "failed", error, len(rows)
 
 

@@ -8,16 +8,18 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from app.collections import queries
+from app.collections import queries, snapshot
+from app.collections.queries import GraderRef
 from app.collections.service import official_leaderboard
 from app.evaluation.correlation import per_query_correlation, rank_correlation
-from app.evaluation.cover import OVERALL, cover_scores
+from app.evaluation.cover import OVERALL, cover_scores_of, cover_table
 from app.evaluation.formatting import Table, nan_to_none, reference_round, trec_eval_round
-from app.evaluation.qrels import LabelRule, derive_qrels
+from app.evaluation.frame import GradeFrame, RankingFrame
+from app.evaluation.qrels import LabelRule, frame_qrels
 from app.evaluation.stats import bootstrap_ci
-from app.evaluation.trec import parse_measure, per_query_values, trec_scores
+from app.evaluation.trec import parse_measure, per_query_values, top_depth, trec_scores
 from app.evaluation.types import Correlation, GradedPool, Leaderboard, Qrels, Rankings, SystemScore
-from app.models import Collection, Grader, RubricVersion
+from app.models import Collection, RubricVersion
 
 COVER_MEASURES = {"cover": False, "n-cover": True}
 
@@ -37,12 +39,23 @@ class LeaderboardRequest:
     include_overrides: bool = False  # judges' grade overrides replace the grader's ratings
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class EvaluationData:
-    grader: Grader
-    graded: GradedPool
-    rankings: Rankings
+    """What a leaderboard reads: one grader's cells and every system's rankings, as frames."""
+
+    grader: GraderRef
+    grades: GradeFrame
+    ranking: RankingFrame
     pool: queries.PoolKeys
+
+    @property
+    def graded(self) -> GradedPool:
+        """The grades in dict form (query → passage → PassageGrade), for the per-passage views."""
+        return self.grades.to_graded()
+
+    @property
+    def rankings(self) -> Rankings:
+        return self.ranking.to_rankings()
 
 
 def load_evaluation_data(
@@ -54,15 +67,23 @@ def load_evaluation_data(
     rubric_version: int | None = None,
     include_overrides: bool = False,
 ) -> EvaluationData:
-    """Everything a leaderboard needs, read in a few set-based queries."""
-    grader = queries.select_grader(session, collection, model=model, prompt_class=prompt_class)
-    pool = queries.pool_keys(session, collection)
-    item_ids = None
+    """Everything a leaderboard needs, from the collection's in-memory snapshot (app/collections/snapshot.py)."""
+    current = snapshot.current(session, collection)
+    grader = queries.match_grader(current.grader_list(), model=model, prompt_class=prompt_class)
+    grades = current.grades(session, grader.id)
     if rubric_version is not None:
-        item_ids = queries.version_item_ids(session, _version(session, collection, rubric_version))
-    overrides = queries.load_overrides(session, pool) if include_overrides else None
-    graded = queries.load_graded_pool(session, pool, grader, item_ids=item_ids, overrides=overrides)
-    return EvaluationData(grader, graded, queries.load_rankings(session, collection, pool), pool)
+        grades = grades.restrict_items(queries.version_item_ids(session, _version(session, collection, rubric_version)))
+    if include_overrides:
+        position = current.structure.position
+        overrides = queries.load_overrides(session, current.structure.pool)
+        grades = grades.with_overrides(
+            {
+                (position[entry], item): rating
+                for entry, by_item in overrides.items()
+                for item, rating in by_item.items()
+            }
+        )
+    return EvaluationData(grader, grades, current.structure.rankings, current.structure.pool)
 
 
 def _version(session: Session, collection: Collection, number: int) -> RubricVersion:
@@ -77,22 +98,17 @@ def _version(session: Session, collection: Collection, number: int) -> RubricVer
 
 
 def qrels_for(data: EvaluationData, request: LeaderboardRequest) -> Qrels:
-    return derive_qrels(data.graded, LabelRule.parse(request.label, min_rating=request.min_rating))
+    return frame_qrels(data.grades, LabelRule.parse(request.label, min_rating=request.min_rating))
 
 
 def score_systems(data: EvaluationData, request: LeaderboardRequest) -> list[SystemScore]:
     """Raw per-system scores (no rounding, no CI) for the requested measure."""
     name = request.measure.lower()
     if name in COVER_MEASURES:
-        return cover_scores(
-            data.graded,
-            data.rankings,
-            min_rating=request.min_rating,
-            top_k=request.top_k,
-            normalized=COVER_MEASURES[name],
-        )
+        table = cover_table(data.grades, data.ranking, min_rating=request.min_rating, top_k=request.top_k)
+        return cover_scores_of(table, normalized=COVER_MEASURES[name])
     measure = parse_measure(request.measure, min_rating=request.min_rating)
-    return trec_scores(qrels_for(data, request), data.rankings, measure)
+    return trec_scores(qrels_for(data, request), data.ranking.runs(top_depth(measure)), measure)
 
 
 def _correlation_score(score: SystemScore, request: LeaderboardRequest) -> float:
@@ -181,8 +197,9 @@ def manual_per_query_correlation(
     judgments = queries.load_judgments(session, data.pool)
     manual: Qrels = {q: {p: max(js) for p, js in docs.items()} for q, docs in judgments.items()}
     measure = parse_measure(request.measure, min_rating=request.min_rating)
-    predicted = per_query_values(qrels_for(data, request), data.rankings, measure)
-    return per_query_correlation(predicted, per_query_values(manual, data.rankings, measure))
+    runs = data.ranking.runs(top_depth(measure))
+    predicted = per_query_values(qrels_for(data, request), runs, measure)
+    return per_query_correlation(predicted, per_query_values(manual, runs, measure))
 
 
 def _json_number(value: float | None) -> float | None:

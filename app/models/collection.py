@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
+from uuid import uuid4
 
 from sqlalchemy import JSON, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
@@ -16,6 +17,11 @@ class Collection(TimestampMixin, Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(200), unique=True)
     description: Mapped[str] = mapped_column(Text, default="")
+    # Bumped by every write that can change a leaderboard; grade rows carry the value they were written at,
+    # so an in-memory evaluation snapshot reloads only newer rows (app/leaderboards/snapshot.py).
+    revision: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # Replaced whenever queries, the pool, systems or rankings change: the snapshot then reloads everything.
+    structure_token: Mapped[str] = mapped_column(String(32), default=lambda: uuid4().hex, server_default="")
 
 
 class Query(Base):

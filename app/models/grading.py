@@ -32,6 +32,7 @@ class Grade(Base):
     __table_args__ = (
         UniqueConstraint("grader_pk", "pool_entry_pk", "item_id"),
         Index("ix_grade_pool_entry", "pool_entry_pk"),
+        Index("ix_grade_collection_revision", "collection_id", "revision"),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -50,6 +51,10 @@ class Grade(Base):
     expected_grade: Mapped[float | None] = mapped_column(Float, default=None)
     valid_mass: Mapped[float | None] = mapped_column(Float, default=None)
     cache_key: Mapped[str | None] = mapped_column(String(64), default=None)
+    # The owning collection (that of the pool entry) and its revision when the row was last written:
+    # evaluation snapshots read only a collection's rows newer than the revision they have seen.
+    collection_id: Mapped[int] = mapped_column(ForeignKey("collection.id", ondelete="CASCADE"))
+    revision: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class GradeCache(Base):

@@ -7,32 +7,35 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from app.collections import queries
+from app.collections.queries import GraderRef
 from app.evaluation import oversight
 from app.evaluation.formatting import Table
-from app.models import Collection, Grader
+from app.evaluation.types import GradedPool
+from app.leaderboards.service import load_evaluation_data
+from app.models import Collection
 from app.rubrics.service import latest_version
 
 
 def _context(
     session: Session, collection: Collection, model: str | None, prompt_class: str | None
-) -> tuple[Grader, queries.PoolKeys, Any]:
-    grader = queries.select_grader(session, collection, model=model, prompt_class=prompt_class)
-    pool = queries.pool_keys(session, collection)
-    return grader, pool, queries.load_graded_pool(session, pool, grader)
+) -> tuple[GraderRef, queries.PoolKeys, GradedPool]:
+    data = load_evaluation_data(session, collection, model=model, prompt_class=prompt_class)
+    return data.grader, data.pool, data.graded
 
 
 def _answers(
     session: Session,
     collection: Collection,
     pool: queries.PoolKeys,
-    grader: Grader,
+    grader: GraderRef,
     model: str | None,
     answer_prompt_class: str | None,
 ) -> dict[str, dict[str, dict[str, list[str]]]]:
     """Answers of the extraction grader when one is named, else the rating grader's own answers."""
+    grader_pk = grader.id
     if answer_prompt_class:
-        grader = queries.select_grader(session, collection, model=model, prompt_class=answer_prompt_class)
-    return queries.load_answers(session, pool, grader)
+        grader_pk = queries.select_grader(session, collection, model=model, prompt_class=answer_prompt_class).id
+    return queries.load_answers(session, pool, grader_pk)
 
 
 def _bank(session: Session, collection: Collection) -> dict[str, list[oversight.BankEntry]]:

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import math
+import random
 from pathlib import Path
 
 import pytest
 import pytrec_eval
 
 from app.evaluation.cover import OVERALL, cover_per_query, cover_scores
-from app.evaluation.qrels import LabelRule, derive_qrels, format_qrels, passage_label
-from app.evaluation.trec import parse_measure, trec_scores
-from app.evaluation.types import PassageGrade, RankedPassage
+from app.evaluation.frame import NO_RATING, GradeFrame, frames_of
+from app.evaluation.qrels import LabelRule, derive_qrels, format_qrels, frame_labels, passage_label
+from app.evaluation.trec import parse_measure, runs_of, top_depth, trec_scores
+from app.evaluation.types import GradedPool, PassageGrade, RankedPassage, Rankings
 from tests.helpers import interchange_records
 
 
@@ -112,7 +114,10 @@ def test_trec_measures_equal_pytrec_eval_on_dev_data(
 ) -> None:
     graded, rankings = _dev_qrels_and_runs(dl19_dev)
     qrels = derive_qrels(graded, LabelRule())
-    scores = {s.system: s for s in trec_scores(qrels, rankings, parse_measure(ours, min_rating=level))}
+    measure = parse_measure(ours, min_rating=level)
+    # the runs as the leaderboard evaluates them: cut at the measure's depth where that is exact
+    _, ranking = frames_of(graded, rankings)
+    scores = {s.system: s for s in trec_scores(qrels, ranking.runs(top_depth(measure)), measure)}
     family = trec_eval_name.rsplit("_", 1)[0] if trec_eval_name[-1].isdigit() else trec_eval_name
     evaluator = pytrec_eval.RelevanceEvaluator(qrels, {family}, relevance_level=level)
     for system, by_query in rankings.items():
@@ -121,3 +126,109 @@ def test_trec_measures_equal_pytrec_eval_on_dev_data(
         for query_id, values in expected.items():
             assert scores[system].per_query[query_id] == pytest.approx(values[trec_eval_name], abs=1e-12)
         assert set(scores[system].per_query) == set(expected)
+
+
+@pytest.mark.parametrize("name", ["P@1", "P@5", "P@20", "NDCG@3", "NDCG@10", "Recall@5", "AP@10", "MAP", "RR"])
+def test_cut_runs_give_the_measures_of_the_full_runs_even_with_tied_scores(name: str) -> None:
+    rng = random.Random(5)
+    passages = [f"p{i:02d}" for i in range(30)]
+    qrels = {f"q{q}": {p: rng.choice([0, 0, 1, 2, 3]) for p in passages} for q in range(8)}
+    rankings = {
+        f"sys{s}": {
+            q: {p: RankedPassage(r + 1, float(rng.choice([1, 2, 3]))) for r, p in enumerate(rng.sample(passages, 25))}
+            for q in qrels
+        }
+        for s in range(6)
+    }
+    graded = {q: {p: grade({"x": label}) for p, label in docs.items()} for q, docs in qrels.items()}
+    _, ranking = frames_of(graded, rankings)
+    measure = parse_measure(name, min_rating=2)
+    cut = {s.system: s.per_query for s in trec_scores(qrels, ranking.runs(top_depth(measure)), measure)}
+    full = {s.system: s.per_query for s in trec_scores(qrels, runs_of(rankings), measure)}
+    assert cut == full
+    assert top_depth(measure) == (None if name in {"MAP", "RR"} else int(name.split("@")[1]))
+
+
+def reference_cover(
+    graded: GradedPool, rankings: Rankings, min_rating: int | None, top_k: int
+) -> dict[str, dict[str, tuple[float, float]]]:
+    """Spec §2.2 written out passage by passage: the oracle for the vectorised ``cover_table``."""
+    result: dict[str, dict[str, tuple[float, float]]] = {system: {} for system in rankings}
+    for query_id, pool in graded.items():
+        seen = set().union(*(g.item_ids for g in pool.values()))
+        covered = {
+            p: {i for i, r in g.ratings.items() if r >= min_rating} if min_rating is not None else set(g.correct)
+            for p, g in pool.items()
+        }
+        coverable = set().union(*covered.values())
+        for system, by_query in rankings.items():
+            top = [p for p, r in by_query.get(query_id, {}).items() if p in pool and r.rank <= top_k]
+            if top:
+                union = set().union(*(covered[p] for p in top))
+                exam = len(union) / len(seen) if seen else 0.0
+                result[system][query_id] = (exam, len(union) / len(coverable) if coverable else 0.0)
+    return result
+
+
+@pytest.mark.parametrize(("tau", "top_k"), [(None, 20), (1, 20), (3, 20), (4, 10), (5, 5)])
+def test_cover_table_equals_the_passage_by_passage_definition_on_dev_data(
+    dl19_dev: Path, tau: int | None, top_k: int
+) -> None:
+    graded, rankings = _dev_qrels_and_runs(dl19_dev)
+    table = cover_per_query(graded, rankings, min_rating=tau, top_k=top_k)
+    expected = reference_cover(graded, rankings, tau, top_k)
+    for system, by_query in expected.items():
+        exam, n_exam = table[system]
+        assert exam == {q: e for q, (e, _) in by_query.items()}  # exactly, not approximately
+        assert n_exam == {q: n for q, (_, n) in by_query.items()}
+
+
+def test_vectorised_labels_equal_passage_label_on_dev_data(dl19_dev: Path) -> None:
+    graded, _ = _dev_qrels_and_runs(dl19_dev)
+    frame = GradeFrame.from_graded(graded)
+    for rule in ["max", "min-answers:1", "min-answers:2", "min-answers:5", "count"]:
+        for tau in (None, 3):
+            parsed = LabelRule.parse(rule, min_rating=tau)
+            expected = [passage_label(g, parsed) for docs in graded.values() for g in docs.values()]
+            entries, labels = frame_labels(frame, parsed)
+            assert len(entries) == len(expected)
+            assert labels.tolist() == expected
+
+
+def test_a_passage_without_any_rating_cannot_get_a_max_label() -> None:
+    graded = {"q": {"p": PassageGrade({}, frozenset(), frozenset({"x"})), "r": grade({"x": 2})}}
+    frame = GradeFrame.from_graded(graded)
+    assert frame.rating.tolist().count(NO_RATING) == 1
+    with pytest.raises(ValueError, match="without ratings"):
+        frame_labels(frame, LabelRule.parse("max"))
+    assert frame_labels(frame, LabelRule.parse("count", min_rating=1))[1].tolist() == [0, 1]
+
+
+def test_frames_round_trip_to_the_dict_forms(dl19_dev: Path) -> None:
+    graded, rankings = _dev_qrels_and_runs(dl19_dev)
+    grades, ranking = frames_of(graded, rankings)
+    assert grades.to_graded() == graded
+    assert ranking.to_rankings() == rankings
+    assert ranking.runs() == runs_of(rankings)
+
+
+def test_overrides_restrictions_and_item_removal_on_frames() -> None:
+    grades = GradeFrame.from_graded(GRADED)
+    entry = grades.pool.positions()[("q1", "b")]
+    overridden = grades.with_overrides({(entry, "y"): 0, (entry, "unknown"): 5}).to_graded()
+    assert overridden["q1"]["b"] == PassageGrade({"x": 0, "y": 0, "z": 0}, frozenset(), frozenset({"x", "y", "z"}))
+    assert grades.restrict_items({"x", "u"}).to_graded()["q2"]["d"].item_ids == {"u"}
+    without = grades.without_item("q1", "x").to_graded()
+    assert all("x" not in g.item_ids for g in without["q1"].values())
+    assert without["q2"] == GRADED["q2"]
+
+
+def test_a_system_is_averaged_over_the_queries_it_ranks_as_trec_eval_all_does() -> None:
+    qrels = {"q1": {"a": 1}, "q2": {"b": 1}}
+    runs = {"full": {"q1": {"a": 1.0}, "q2": {"x": 1.0}}, "partial": {"q1": {"a": 1.0}}}
+    scores = {s.system: s for s in trec_scores(qrels, runs, parse_measure("P@1"))}
+    assert scores["partial"].per_query == {"q1": 1.0}
+    assert scores["partial"].score == 1.0
+    assert scores["full"].score == 0.5
+    expected = pytrec_eval.RelevanceEvaluator(qrels, {"P_1"}).evaluate(runs["partial"])
+    assert set(expected) == {"q1"}

@@ -14,14 +14,13 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.agreement.service import as_table, build_agreement_tables
-from app.collections import queries
-from app.collections.queries import GraderSelectionError, graders_of
+from app.collections import queries, snapshot
+from app.collections.queries import GraderRef, GraderSelectionError
 from app.collections.service import official_leaderboard
 from app.evaluation.agreement import Confusion
 from app.evaluation.correlation import MissingSystemsError, rank_correlation, scores_to_ranks
 from app.evaluation.cover import OVERALL
 from app.evaluation.formatting import render_tables
-from app.evaluation.qrels import LabelRule, derive_qrels
 from app.evaluation.types import PassageGrade
 from app.events import listen
 from app.leaderboards.service import (
@@ -35,9 +34,10 @@ from app.leaderboards.service import (
     leaderboard_table,
     load_evaluation_data,
     manual_per_query_correlation,
+    qrels_for,
     score_systems,
 )
-from app.models import Collection, Grader, RubricVersion
+from app.models import Collection, RubricVersion
 from app.oversight.service import bad_questions_table, uncovered_table, verify_grading_table
 from app.rubrics.service import latest_version
 from app.web import charts
@@ -48,8 +48,13 @@ router = APIRouter()
 MEASURES = ("cover", "n-cover", "P@20", "NDCG@10", "MAP", "RR", "R-prec", "Recall@100")
 
 
-def _grader(session: Session, collection: Collection, grader_id: int | None) -> Grader:
-    graders = graders_of(session, collection)
+def _graders(session: Session, collection: Collection) -> list[GraderRef]:
+    """The collection's graders, from its evaluation snapshot (no scan of the grade table)."""
+    return snapshot.current(session, collection).grader_list()
+
+
+def _grader(session: Session, collection: Collection, grader_id: int | None) -> GraderRef:
+    graders = _graders(session, collection)
     if not graders:
         raise HTTPException(404, "nothing is graded yet: launch a grading job first")
     if grader_id is None:
@@ -60,7 +65,7 @@ def _grader(session: Session, collection: Collection, grader_id: int | None) -> 
     raise HTTPException(404, f"no grader {grader_id} in this collection")
 
 
-def _request(session: Session, collection: Collection, params: dict[str, Any]) -> tuple[LeaderboardRequest, Grader]:
+def _request(session: Session, collection: Collection, params: dict[str, Any]) -> tuple[LeaderboardRequest, GraderRef]:
     grader = _grader(session, collection, _int(params.get("grader")))
     version = _int(params.get("version"))
     if version is None and grader.prompt_type != "direct_grading":
@@ -142,7 +147,7 @@ def _choices(session: Session, collection: Collection) -> dict[str, Any]:
         .order_by(RubricVersion.number.desc())
     )
     return {
-        "graders": [{"id": g.id, "label": f"{g.model} / {g.prompt_class}"} for g in graders_of(session, collection)],
+        "graders": [{"id": g.id, "label": f"{g.model} / {g.prompt_class}"} for g in _graders(session, collection)],
         "versions": list(versions),
         "measures": MEASURES,
     }
@@ -190,7 +195,7 @@ def qrels_export(
     collection = get_or_404(session, name)
     lb_request, _ = _request(session, collection, dict(request.query_params))
     data = evaluation_data(session, collection, lb_request)
-    qrels = derive_qrels(data.graded, LabelRule.parse(lb_request.label, min_rating=lb_request.min_rating))
+    qrels = qrels_for(data, lb_request)
     lines = [f"{q} 0 {p} {label}\n" for q, docs in sorted(qrels.items()) for p, label in sorted(docs.items())]
     return PlainTextResponse("".join(lines), headers={"Content-Disposition": f'attachment; filename="{name}.qrels"'})
 
@@ -260,7 +265,7 @@ def _kappa(pairs: list[tuple[bool, bool]]) -> tuple[float, Confusion]:
 def agreement_view(
     session: Session,
     collection: Collection,
-    grader: Grader,
+    grader: GraderRef,
     min_answers: int,
     min_judgment: int,
     official: dict[str, float],
@@ -387,7 +392,9 @@ def agreement_page(
 # ---- oversight ------------------------------------------------------------------------------
 
 
-def question_impact(session: Session, collection: Collection, grader: Grader, min_rating: int) -> list[dict[str, Any]]:
+def question_impact(
+    session: Session, collection: Collection, grader: GraderRef, min_rating: int
+) -> list[dict[str, Any]]:
     """For each item: Kendall τ between the current Cover leaderboard and the one without that item."""
     version = latest_version(session, collection)
     request = LeaderboardRequest(
@@ -398,27 +405,15 @@ def question_impact(session: Session, collection: Collection, grader: Grader, mi
     )
     base = {s.system: s.score for s in score_systems(data, request) if s.system != OVERALL}
     rows = []
-    for query_id, item_id in sorted(
-        {(q, i) for q, docs in data.graded.items() for g in docs.values() for i in g.item_ids}
-    ):
-        pruned = dict(data.graded)
-        pruned[query_id] = {p: _without(g, item_id) for p, g in data.graded[query_id].items()}
-        scores = {
-            s.system: s.score for s in score_systems(replace(data, graded=pruned), request) if s.system != OVERALL
-        }
+    grades = data.grades
+    cells = zip(grades.pool.entry_query[grades.entry].tolist(), grades.item.tolist(), strict=True)
+    for query_id, item_id in sorted({(grades.pool.query_ids[q], grades.items[i]) for q, i in cells}):
+        pruned = replace(data, grades=grades.without_item(query_id, item_id))
+        scores = {s.system: s.score for s in score_systems(pruned, request) if s.system != OVERALL}
         systems = sorted(base)
         tau = kendalltau([base[s] for s in systems], [scores.get(s, 0.0) for s in systems]).statistic
         rows.append({"query": query_id, "item_id": item_id, "tau": tau})
     return sorted(rows, key=lambda r: r["tau"] if r["tau"] == r["tau"] else 1.0)
-
-
-def _without(grade: PassageGrade, item_id: str) -> PassageGrade:
-    return PassageGrade(
-        {i: r for i, r in grade.ratings.items() if i != item_id},
-        grade.correct - {item_id},
-        grade.item_ids - {item_id},
-        grade.is_self_rated,
-    )
 
 
 @router.get("/c/{name}/oversight/{view}")
