@@ -31,6 +31,7 @@ sys.path.insert(0, str(REPO))
 
 from sqlalchemy import delete, select  # noqa: E402
 
+from app.collections.revision import next_revision  # noqa: E402
 from app.collections.service import (  # noqa: E402
     ensure_collection,
     get_collection,
@@ -50,7 +51,7 @@ from app.grading.service import GraderSpec, plan_for  # noqa: E402
 from app.jobs.launch import launch_after_edit, launch_grading, start, wait_until_finished  # noqa: E402
 from app.jobs.service import method_for  # noqa: E402
 from app.migrate import upgrade  # noqa: E402
-from app.models import BankItem, Grade, GradeCache  # noqa: E402
+from app.models import BankItem, Collection, Grade, GradeCache  # noqa: E402
 from app.rubrics.editing import ItemChange, apply_edit  # noqa: E402
 from app.rubrics.service import import_banks  # noqa: E402
 from app.samples import write_sample  # noqa: E402
@@ -78,6 +79,9 @@ def clear_grades() -> None:
     with session_scope() as session:
         session.execute(delete(Grade))
         session.execute(delete(GradeCache))
+        # a deletion is not a delta the evaluation snapshots can read: make every process rebuild its own
+        for collection_id in session.scalars(select(Collection.id)):
+            next_revision(session, collection_id, structural=True)
 
 
 def direct_run() -> float:

@@ -7,8 +7,9 @@ seen revision R has seen every row written at a revision ≤ R. Grade rows carry
 the revision they were written at, so the snapshot reads only the index range
 ``grade.collection_id = C AND grade.revision > R``. Structural writes (queries,
 pool, systems, rankings) also replace the collection's structure token, which makes the
-snapshot reload everything. Take the revision after any slow work (model calls) and just before
-the writes, so the row lock is held briefly.
+snapshot reload everything; so must any deletion of grade rows, which no revision range can show.
+Take the revision after any slow work (model calls) and just before the writes, so the row lock is
+held briefly.
 """
 
 from __future__ import annotations

@@ -72,14 +72,24 @@ def frame_labels(grades: GradeFrame, rule: LabelRule) -> tuple[IntArray, IntArra
         return entries, count(grades.correct)
     if rule.mode == "count":
         return entries, count(rated & (grades.rating >= (rule.min_rating or 0)))
-    if not np.all(count(rated) > 0):
-        raise ValueError("a self-rated grade without ratings cannot be labelled")
+    unrated = entries[count(rated) == 0]
+    if len(unrated):
+        raise ValueError(_unrated_message(grades, unrated, rule))
     # rated cells sorted by entry, highest rating first: the m-th highest is at offset min(m, n) − 1
     order = np.lexsort((-grades.rating[rated], cell_entry[rated]))
     ratings, starts = grades.rating[rated][order], np.searchsorted(cell_entry[rated][order], np.arange(len(entries)))
     m = 1 if rule.mode == "max" else rule.min_answers
     offsets = np.minimum(m, count(rated)) - 1
     return entries, ratings[starts + offsets]
+
+
+def _unrated_message(grades: GradeFrame, unrated: IntArray, rule: LabelRule) -> str:
+    first = int(unrated[0])
+    example = f"{grades.pool.query_ids[int(grades.pool.entry_query[first])]}/{grades.pool.passage_ids[first]}"
+    return (
+        f"a self-rated grade without ratings cannot be labelled ({rule}): {len(unrated)} graded passage(s) have no "
+        f"parsable rating, e.g. {example}; regrade them (their grading failed) or use --label count"
+    )
 
 
 def frame_qrels(grades: GradeFrame, rule: LabelRule) -> Qrels:

@@ -80,6 +80,7 @@ def load_evaluation_data(
             {
                 (position[entry], item): rating
                 for entry, by_item in overrides.items()
+                if entry in position  # an entry imported after the snapshot was built: it has no grades there
                 for item, rating in by_item.items()
             }
         )
