@@ -40,8 +40,6 @@ class GraderLike(Protocol):
     @property
     def prompt_class(self) -> str: ...
     @property
-    def prompt_type(self) -> str: ...
-    @property
     def template_hash(self) -> str: ...
 
 
@@ -81,16 +79,12 @@ def graders_of(session: Session, collection: Collection) -> list[Grader]:
     return list(session.scalars(select(Grader).where(Grader.id.in_(pks)).order_by(Grader.id)))
 
 
-def match_grader(
-    available: Sequence[AnyGrader], *, model: str | None, prompt_class: str | None, prompt_type: str | None = None
-) -> AnyGrader:
+def match_grader(available: Sequence[AnyGrader], *, model: str | None, prompt_class: str | None) -> AnyGrader:
     """The one grader in ``available`` that matches the filters (GradeFilter)."""
     matching = [
         g
         for g in available
-        if (model is None or g.model == model)
-        and (prompt_class is None or g.prompt_class == prompt_class)
-        and (prompt_type is None or g.prompt_type == prompt_type)
+        if (model is None or g.model == model) and (prompt_class is None or g.prompt_class == prompt_class)
     ]
     if len(matching) == 1:
         return matching[0]
@@ -100,19 +94,6 @@ def match_grader(
     raise GraderSelectionError(
         f"{len(matching)} grader configurations match; narrow with --model/--prompt-class. Available: {listing}"
     )
-
-
-def select_grader(
-    session: Session,
-    collection: Collection,
-    *,
-    model: str | None,
-    prompt_class: str | None,
-    prompt_type: str | None = None,
-) -> Grader:
-    """The one grader with grades in the collection that matches the filters."""
-    available = graders_of(session, collection)
-    return match_grader(available, model=model, prompt_class=prompt_class, prompt_type=prompt_type)
 
 
 @dataclass(frozen=True, slots=True)

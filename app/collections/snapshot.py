@@ -30,7 +30,7 @@ from sqlalchemy.orm import Session
 
 from app.collections import queries
 from app.collections.queries import GraderRef, PoolKeys
-from app.evaluation.frame import NO_RATING, GradeFrame, IntArray, PoolIndex, RankingFrame
+from app.evaluation.frame import NO_RATING, GradeFrame, PoolIndex, RankingFrame
 from app.models import Collection, Grade, Grader, RankingEntry, System
 
 MAX_SNAPSHOTS = 8  # collections kept per process, least recently used dropped first
@@ -121,19 +121,8 @@ class GradeStore:
             self._columns[name] = grown
 
     def frame(self, pool: PoolIndex) -> GradeFrame:
-        def column(name: str) -> IntArray:
-            values: IntArray = self._columns[name][: self.size].copy()
-            return values
-
-        return GradeFrame(
-            pool,
-            tuple(self.items),
-            column("entry"),
-            column("item"),
-            column("rating"),
-            column("correct").astype(bool),
-            is_self_rated=self.grader.is_self_rated,
-        )
+        entry, item, rating, correct = (self._columns[name][: self.size].copy() for name in self._columns)
+        return GradeFrame(pool, tuple(self.items), entry, item, rating, correct, self.grader.is_self_rated)
 
 
 class CollectionSnapshot:
@@ -236,6 +225,13 @@ def current(session: Session, collection: Collection) -> CollectionSnapshot:
         while len(_snapshots) > MAX_SNAPSHOTS:
             _snapshots.popitem(last=False)
     return snapshot
+
+
+def select_grader(
+    session: Session, collection: Collection, *, model: str | None, prompt_class: str | None
+) -> GraderRef:
+    """The one grader with grades in the collection that matches the filters, from its snapshot's list."""
+    return queries.match_grader(current(session, collection).grader_list(), model=model, prompt_class=prompt_class)
 
 
 def clear() -> None:

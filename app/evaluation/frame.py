@@ -107,17 +107,14 @@ class GradeFrame:
         if not overrides:
             return self
         item_code = {item: i for i, item in enumerate(self.items)}
-        cell_of = {(e, i): c for c, (e, i) in enumerate(zip(self.entry.tolist(), self.item.tolist(), strict=True))}
+        stride = len(self.items)
+        human = {e * stride + item_code[i]: r for (e, i), r in overrides.items() if i in item_code}
+        cell_key = self.entry * stride + self.item
+        cells = np.flatnonzero(np.isin(cell_key, list(human)))
+        ratings = np.asarray([human[k] for k in cell_key[cells].tolist()], dtype=np.int64)
         rating, correct = self.rating.copy(), self.correct.copy()
-        for (entry, item_id), human in overrides.items():
-            cell = cell_of.get((entry, item_code.get(item_id, -1)))
-            if cell is not None:
-                rating[cell], correct[cell] = human, human > 0
+        rating[cells], correct[cells] = ratings, ratings > 0
         return replace(self, rating=rating, correct=correct)
-
-    def graded_entries(self) -> IntArray:
-        """The entries with at least one cell, in pool order."""
-        return np.unique(self.entry)
 
     def covered(self, min_rating: int | None) -> BoolArray:
         """Per cell, i ∈ cov_τ(p): rating ≥ τ for self-rated grades with τ given, else answered."""

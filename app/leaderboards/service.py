@@ -18,7 +18,7 @@ from app.evaluation.frame import GradeFrame, RankingFrame
 from app.evaluation.qrels import LabelRule, frame_qrels
 from app.evaluation.stats import bootstrap_ci
 from app.evaluation.trec import parse_measure, per_query_values, top_depth, trec_scores
-from app.evaluation.types import Correlation, GradedPool, Leaderboard, Qrels, Rankings, SystemScore
+from app.evaluation.types import Correlation, GradedPool, Leaderboard, Qrels, SystemScore
 from app.models import Collection, RubricVersion
 
 COVER_MEASURES = {"cover": False, "n-cover": True}
@@ -52,10 +52,6 @@ class EvaluationData:
     def graded(self) -> GradedPool:
         """The grades in dict form (query → passage → PassageGrade), for the per-passage views."""
         return self.grades.to_graded()
-
-    @property
-    def rankings(self) -> Rankings:
-        return self.ranking.to_rankings()
 
 
 def load_evaluation_data(

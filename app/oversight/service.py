@@ -6,7 +6,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from app.collections import queries
+from app.collections import queries, snapshot
 from app.collections.queries import GraderRef
 from app.evaluation import oversight
 from app.evaluation.formatting import Table
@@ -34,7 +34,7 @@ def _answers(
     """Answers of the extraction grader when one is named, else the rating grader's own answers."""
     grader_pk = grader.id
     if answer_prompt_class:
-        grader_pk = queries.select_grader(session, collection, model=model, prompt_class=answer_prompt_class).id
+        grader_pk = snapshot.select_grader(session, collection, model=model, prompt_class=answer_prompt_class).id
     return queries.load_answers(session, pool, grader_pk)
 
 

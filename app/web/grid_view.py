@@ -9,7 +9,8 @@ from fastapi import HTTPException
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.collections.queries import GraderSelectionError, select_grader
+from app.collections.queries import GraderSelectionError
+from app.collections.snapshot import select_grader
 from app.grading.service import GraderSpec, build_method
 from app.models import (
     BankItem,
