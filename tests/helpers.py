@@ -18,7 +18,9 @@ runner = CliRunner()
 def cli(*args: str, expect: int = 0) -> str:
     """Run ``rubric ARGS`` in-process; assert the exit code; return stdout."""
     result = runner.invoke(app, [str(a) for a in args])
-    assert result.exit_code == expect, f"exit {result.exit_code}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    assert result.exit_code == expect, (
+        f"exit {result.exit_code}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}\nexception: {result.exception!r}"
+    )
     return result.stdout if expect == 0 else result.stderr
 
 
