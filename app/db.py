@@ -1,13 +1,24 @@
-"""Engine and unit-of-work helpers. The caller of a service owns the transaction."""
+"""Engine and unit-of-work helpers. The caller of a service owns the transaction.
+
+Side effects that must only happen once data is durable (enqueuing batches, publishing events)
+are registered with ``after_commit(session, callback)``: they run after the session's next
+successful commit and are dropped by a rollback, so no caller has to remember the order.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import lru_cache
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
+
+log = logging.getLogger(__name__)
+_HOOKS = "after_commit_hooks"
+# How long a SQLite writer waits for another writer's lock before "database is locked" (ms).
+SQLITE_BUSY_TIMEOUT_MS = 5000
 
 
 def _sqlite_pragmas(dbapi_connection: object, _record: object) -> None:
@@ -16,12 +27,15 @@ def _sqlite_pragmas(dbapi_connection: object, _record: object) -> None:
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
     cursor.close()
 
 
 def make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+        engine = create_engine(
+            url, connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}
+        )
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
     return create_engine(url, pool_pre_ping=True)
@@ -54,3 +68,26 @@ def session_scope(engine: Engine | None = None) -> Iterator[Session]:
         raise
     finally:
         session.close()
+
+
+def after_commit(session: Session, callback: Callable[[], object]) -> None:
+    """Run ``callback`` once, after ``session``'s next successful commit (never if it rolls back).
+
+    Callbacks run in registration order, outside the transaction; one that raises is logged and
+    the others still run, because the data they follow is already committed.
+    """
+    session.info.setdefault(_HOOKS, []).append(callback)
+
+
+@event.listens_for(Session, "after_commit")
+def _run_after_commit(session: Session) -> None:
+    for callback in session.info.pop(_HOOKS, []):
+        try:
+            callback()
+        except Exception:  # noqa: BLE001  the commit stands; the callback's own retry path takes over
+            log.exception("after-commit callback %r failed", callback)
+
+
+@event.listens_for(Session, "after_rollback")
+def _drop_after_rollback(session: Session) -> None:
+    session.info.pop(_HOOKS, None)

@@ -12,7 +12,7 @@ from app.collections.service import ensure_collection, import_interchange, impor
 from app.config import get_settings
 from app.db import engine_for, session_scope
 from app.grading.service import GraderSpec
-from app.jobs.launch import launch_grading, start, wait_until_finished
+from app.jobs.launch import launch_grading, wait_until_finished
 from app.migrate import upgrade
 from app.models import Collection, User
 from app.rubrics.service import import_banks
@@ -54,7 +54,5 @@ def _grade_sample() -> None:
     with session_scope() as session:
         collection = session.scalars(select(Collection).where(Collection.name == NAME)).one()
         job = launch_grading(session, collection, GraderSpec(), launched_by="demo")
-        session.commit()
-        job_id = job.id
-    start(job_id)
+        job_id = job.id  # the batches start when this block commits
     wait_until_finished(job_id)

@@ -34,7 +34,7 @@ from app.config import get_settings  # noqa: E402
 from app.db import session_scope  # noqa: E402
 from app.events import listen  # noqa: E402
 from app.grading.service import GraderSpec  # noqa: E402
-from app.jobs.launch import launch_grading, start, wait_until_finished  # noqa: E402
+from app.jobs.launch import launch_grading, wait_until_finished  # noqa: E402
 from app.migrate import upgrade  # noqa: E402
 from app.rubrics.service import import_banks  # noqa: E402
 from bench.report import machine, stamp, write_section  # noqa: E402
@@ -106,7 +106,6 @@ def build(directory: Path) -> None:
         job = launch_grading(session, collection, GraderSpec())
         session.commit()
         job_id, collection_id = job.id, collection.id
-    start(job_id)
     wait_until_finished(job_id)
     globals()["COLLECTION_ID"] = collection_id
 

@@ -84,7 +84,11 @@ def launch_after_edit(
 
 
 def start(job_id: int) -> None:
-    """After the launching transaction committed: hand the batches to the workers (or announce an empty job)."""
+    """Hand the job's queued batches to the workers (or announce an empty job).
+
+    Runs as the after-commit hook that ``service.launch`` registers, so a worker never looks for a
+    batch that is not committed yet.
+    """
     with session_scope() as session:
         batch_ids = service.queued_batches(session, job_id)
         job = session.get_one(Job, job_id)

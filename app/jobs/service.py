@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any
@@ -18,10 +19,12 @@ from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from app.collections.revision import upsert_grades
+from app.db import after_commit
 from app.grading.engine import Cell, GradingReport, cached_keys, ensure_method_grader, grade_batch
 from app.grading.methods import GradingMethod, cache_key
 from app.grading.prompts import CellInput
 from app.grading.service import GraderSpec, build_method
+from app.jobs.dispatch import dispatch_generation
 from app.models import DIRECT_ITEM, BankItem, Collection, Job, JobBatch, Passage, PoolEntry, Query
 from app.models.base import utcnow
 from app.sqlutil import chunks
@@ -96,7 +99,7 @@ def launch(
     rubric_version: int | None = None,
     batch_cells: int = BATCH_CELLS,
 ) -> Job:
-    """A job row and its batches. The caller commits, then calls ``dispatch(job.id)``."""
+    """A job row and its batches, handed to the workers once the caller's transaction commits."""
     job = Job(
         collection_id=collection.id,
         kind=kind,
@@ -113,7 +116,14 @@ def launch(
         for i, batch in enumerate(chunks(list(cells), batch_cells))
     )
     session.flush()
+    after_commit(session, partial(_start, job.id))
     return job
+
+
+def _start(job_id: int) -> None:
+    from app.jobs.launch import start  # launch builds on this module
+
+    start(job_id)
 
 
 def queued_batches(session: Session, job_id: int) -> list[int]:
@@ -308,6 +318,7 @@ def launch_generation(
     )
     session.add(job)
     session.flush()
+    after_commit(session, partial(dispatch_generation, job.id))
     return job
 
 

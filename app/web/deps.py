@@ -35,13 +35,27 @@ class CurrentUser:
         return has_role(self.role, role)
 
 
-def db() -> Iterator[Session]:
-    """One session per request; routes commit what they change (services never do)."""
+def _unit_of_work() -> Iterator[Session]:
+    """The request's transaction: committed when the route returns, rolled back when it raises.
+
+    Routes and services never commit. Side effects that must follow the commit (enqueuing,
+    events) are registered with ``app.db.after_commit``. Function scope: the commit happens
+    before the response is sent, so a redirect never races its own data, a failed commit is an
+    error response, and a streaming response holds no connection while it streams.
+    """
     session = session_factory()()
     try:
         yield session
+        session.commit()
+    except BaseException:
+        session.rollback()
+        raise
     finally:
         session.close()
+
+
+# Use as ``session: Session = db`` in a route's signature (one session per request, shared).
+db: Any = Depends(_unit_of_work, scope="function")
 
 
 def csrf_token(request: Request) -> str:
@@ -65,7 +79,7 @@ async def csrf_protect(request: Request) -> None:
         raise HTTPException(status_code=403, detail="CSRF token missing or wrong; reload the page and try again")
 
 
-def optional_user(request: Request, session: Session = Depends(db)) -> CurrentUser | None:
+def optional_user(request: Request, session: Session = db) -> CurrentUser | None:
     name = request.session.get("user")
     if not name:
         return None

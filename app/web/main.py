@@ -12,15 +12,14 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from fastapi import Depends, FastAPI, Request
-from fastapi.exceptions import HTTPException
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi import Depends, FastAPI
 from fastapi.staticfiles import StaticFiles
 from starlette.middleware.sessions import SessionMiddleware
 
 from app.config import get_settings
 from app.jobs.launch import sweep_orphans
-from app.web.deps import LoginRequired, csrf_protect, render
+from app.web import errors
+from app.web.deps import csrf_protect
 from app.web.routes import analysis, auth, collections, jobs, rubric
 
 STATIC = Path(__file__).resolve().parents[2] / "static"
@@ -71,26 +70,6 @@ def create_app() -> FastAPI:
     def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.exception_handler(LoginRequired)
-    def to_login(request: Request, _: LoginRequired) -> Response:
-        if request.headers.get("hx-request") == "true":
-            return Response(status_code=401, headers={"HX-Redirect": "/login"})
-        return RedirectResponse(f"/login?next={request.url.path}", status_code=303)
-
-    @app.exception_handler(HTTPException)
-    def error_page(request: Request, error: HTTPException) -> Response:
-        if request.headers.get("hx-request") == "true" or request.url.path.startswith("/api/"):
-            return HTMLResponse(
-                f'<div class="error" role="alert">{_escape(str(error.detail))}</div>', error.status_code
-            )
-        return render(
-            request, "error.html", {"status": error.status_code, "detail": error.detail}, status=error.status_code
-        )
-
+    errors.install(app)
     return app
 
-
-def _escape(text: str) -> str:
-    from markupsafe import escape
-
-    return str(escape(text))

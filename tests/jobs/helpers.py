@@ -14,7 +14,7 @@ from app.collections.service import get_collection
 from app.events import listen
 from app.grading.engine import CellScope
 from app.grading.service import GraderSpec
-from app.jobs.launch import launch_after_edit, launch_grading, start
+from app.jobs.launch import launch_after_edit, launch_grading
 from app.models import Grade, Job
 from app.rubrics.editing import ItemChange, apply_edit
 from tests.conftest import Database
@@ -56,7 +56,6 @@ def launch(db: Database, spec: GraderSpec = GraderSpec(), batch_cells: int = 16,
         job = launch_grading(session, get_collection(session, "sample"), spec, scope=scope, batch_cells=batch_cells)
         session.commit()
         job_id = job.id
-    start(job_id)
     return job_id
 
 
@@ -78,7 +77,6 @@ def edit_and_regrade(
         job = launch_after_edit(session, collection, result, spec, "judge")
         session.commit()
         job_id, added = job.id, result.added_item_ids
-    start(job_id)
     return job_id, added
 
 

@@ -155,7 +155,7 @@ def _choices(session: Session, collection: Collection) -> dict[str, Any]:
 
 @router.get("/c/{name}/leaderboard")
 def leaderboard_page(
-    name: str, request: Request, user: CurrentUser = Depends(require("viewer")), session: Session = Depends(db)
+    name: str, request: Request, user: CurrentUser = Depends(require("viewer")), session: Session = db
 ) -> Response:
     collection = get_or_404(session, name)
     params = dict(request.query_params)
@@ -175,7 +175,7 @@ def leaderboard_export(
     fmt: str,
     request: Request,
     user: CurrentUser = Depends(require("viewer")),
-    session: Session = Depends(db),
+    session: Session = db,
 ) -> Response:
     collection = get_or_404(session, name)
     lb_request, _ = _request(session, collection, dict(request.query_params))
@@ -190,7 +190,7 @@ def leaderboard_export(
 
 @router.get("/c/{name}/qrels")
 def qrels_export(
-    name: str, request: Request, user: CurrentUser = Depends(require("viewer")), session: Session = Depends(db)
+    name: str, request: Request, user: CurrentUser = Depends(require("viewer")), session: Session = db
 ) -> Response:
     collection = get_or_404(session, name)
     lb_request, _ = _request(session, collection, dict(request.query_params))
@@ -202,7 +202,7 @@ def qrels_export(
 
 @router.get("/c/{name}/compare")
 def compare_page(
-    name: str, request: Request, user: CurrentUser = Depends(require("viewer")), session: Session = Depends(db)
+    name: str, request: Request, user: CurrentUser = Depends(require("viewer")), session: Session = db
 ) -> Response:
     """Two leaderboards (rubric versions or graders) side by side: rank changes and Kendall τ between them."""
     collection = get_or_404(session, name)
@@ -364,7 +364,7 @@ def agreement_page(
     min_judgment: int = 2,
     grader: int | None = None,
     user: CurrentUser = Depends(require("viewer")),
-    session: Session = Depends(db),
+    session: Session = db,
 ) -> Response:
     collection = get_or_404(session, name)
     chosen = _grader(session, collection, grader)
@@ -425,7 +425,7 @@ def oversight_page(
     min_judgment: int = 2,
     grader: int | None = None,
     user: CurrentUser = Depends(require("viewer")),
-    session: Session = Depends(db),
+    session: Session = db,
 ) -> Response:
     collection = get_or_404(session, name)
     chosen = _grader(session, collection, grader)
@@ -476,7 +476,7 @@ def oversight_page(
 
 
 @router.get("/c/{name}/events")
-def events(name: str, user: CurrentUser = Depends(require("viewer")), session: Session = Depends(db)) -> Response:
+def events(name: str, user: CurrentUser = Depends(require("viewer")), session: Session = db) -> Response:
     """Server-Sent Events: ``job`` progress and ``leaderboard`` updates of this collection."""
     collection_id = get_or_404(session, name).id
     session.close()

@@ -25,7 +25,7 @@ def login(
     name: str = Form(...),
     password: str = Form(...),
     next: str = Form("/"),
-    session: Session = Depends(db),
+    session: Session = db,
 ) -> Response:
     user = authenticate(session, name, password)
     if user is None:
@@ -43,7 +43,7 @@ def logout(request: Request) -> Response:
 
 @router.get("/users")
 def users_page(
-    request: Request, user: CurrentUser = Depends(require("organizer")), session: Session = Depends(db)
+    request: Request, user: CurrentUser = Depends(require("organizer")), session: Session = db
 ) -> Response:
     return _users_page(request, session, user)
 
@@ -55,7 +55,7 @@ def add_user(
     role: str = Form(...),
     password: str = Form(...),
     user: CurrentUser = Depends(require("organizer")),
-    session: Session = Depends(db),
+    session: Session = db,
 ) -> Response:
     try:
         create_user(session, name.strip(), role, password)

@@ -33,7 +33,7 @@ def get_or_404(session: Session, name: str) -> Collection:
 
 @router.get("/")
 def collections_page(
-    request: Request, user: CurrentUser = Depends(require("viewer")), session: Session = Depends(db)
+    request: Request, user: CurrentUser = Depends(require("viewer")), session: Session = db
 ) -> Response:
     return render(request, "collections.html", {"user": user, "collections": _summaries(session), "errors": []})
 
@@ -54,7 +54,7 @@ async def import_collection(
     official: list[UploadFile] = File(default=[]),
     responses: list[UploadFile] = File(default=[]),
     user: CurrentUser = Depends(require("organizer")),
-    session: Session = Depends(db),
+    session: Session = db,
 ) -> Response:
     """One transaction for all files: an error names file, line and field, and nothing is stored."""
     uploads = {
@@ -152,7 +152,7 @@ def overview(session: Session, collection: Collection) -> dict[str, Any]:
 
 @router.get("/c/{name}")
 def collection_page(
-    name: str, request: Request, user: CurrentUser = Depends(require("viewer")), session: Session = Depends(db)
+    name: str, request: Request, user: CurrentUser = Depends(require("viewer")), session: Session = db
 ) -> Response:
     collection = get_or_404(session, name)
     flash = request.session.pop("flash", None)

@@ -15,8 +15,7 @@ from app.grading.engine import CellScope
 from app.grading.prompts import prompt_class_names
 from app.grading.service import GraderSpec, plan_for
 from app.jobs import service
-from app.jobs.dispatch import dispatch_generation
-from app.jobs.launch import collection_grader, launch_grading, start, system_scope
+from app.jobs.launch import collection_grader, launch_grading, system_scope
 from app.models import Collection, Job, JobBatch, Query, System
 from app.web.deps import CurrentUser, db, render, require
 from app.web.routes.collections import get_or_404
@@ -105,7 +104,7 @@ def _page_context(session: Session, collection: Any, user: CurrentUser) -> dict[
 
 @router.get("/c/{name}/jobs")
 def jobs_page(
-    name: str, request: Request, user: CurrentUser = Depends(require("viewer")), session: Session = Depends(db)
+    name: str, request: Request, user: CurrentUser = Depends(require("viewer")), session: Session = db
 ) -> Response:
     collection = get_or_404(session, name)
     return render(request, "jobs.html", _page_context(session, collection, user))
@@ -117,7 +116,7 @@ def estimate(
     request: Request,
     form: LaunchForm = Depends(launch_form),
     user: CurrentUser = Depends(require("organizer")),
-    session: Session = Depends(db),
+    session: Session = db,
 ) -> Response:
     """Before launch: prompts split into cached and new, time from measured throughput, tokens and cost."""
     collection = get_or_404(session, name)
@@ -137,7 +136,7 @@ def launch(
     name: str,
     form: LaunchForm = Depends(launch_form),
     user: CurrentUser = Depends(require("organizer")),
-    session: Session = Depends(db),
+    session: Session = db,
 ) -> Response:
     collection = get_or_404(session, name)
     try:
@@ -145,8 +144,6 @@ def launch(
         job = launch_grading(session, collection, form.spec(), scope=scope, launched_by=user.name)
     except (LookupError, ValueError) as error:
         raise HTTPException(400, str(error)) from None
-    session.commit()
-    start(job.id)
     return RedirectResponse(f"/c/{name}/jobs#job-{job.id}", status_code=303)
 
 
@@ -159,7 +156,7 @@ def generate(
     backend: str = Form("hf"),
     model: str = Form(""),
     user: CurrentUser = Depends(require("judge")),
-    session: Session = Depends(db),
+    session: Session = db,
 ) -> Response:
     """ "Draft questions with the LLM": a drafting job; its items come back as a draft to accept or reject."""
     collection = get_or_404(session, name)
@@ -173,25 +170,22 @@ def generate(
     job = service.launch_generation(
         session, collection, spec, kind=kind, style=style, query_ids=[query_id], launched_by=user.name
     )
-    session.commit()
-    dispatch_generation(job.id)
     return RedirectResponse(f"/c/{name}/jobs#job-{job.id}", status_code=303)
 
 
 @router.post("/jobs/{job_id}/cancel")
-def cancel(job_id: int, user: CurrentUser = Depends(require("organizer")), session: Session = Depends(db)) -> Response:
+def cancel(job_id: int, user: CurrentUser = Depends(require("organizer")), session: Session = db) -> Response:
     job = session.get(Job, job_id)
     if job is None:
         raise HTTPException(404, f"no job {job_id}")
     service.cancel(session, job)
-    session.commit()
     collection = job.collection_id
     return RedirectResponse(f"/c/{session.get_one(Collection, collection).name}/jobs", status_code=303)
 
 
 @router.get("/jobs/{job_id}")
 def job_page(
-    job_id: int, request: Request, user: CurrentUser = Depends(require("viewer")), session: Session = Depends(db)
+    job_id: int, request: Request, user: CurrentUser = Depends(require("viewer")), session: Session = db
 ) -> Response:
     job = session.get(Job, job_id)
     if job is None:

@@ -10,7 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.config import get_settings
-from app.jobs.launch import collection_grader, launch_after_edit, launch_grading, start
+from app.jobs.launch import collection_grader, launch_after_edit, launch_grading
 from app.models import BankItem, Collection, GradeOverride, ItemFlag, Passage, Query, RubricVersion
 from app.rubrics.editing import EditConflict, EmptyEdit, ItemChange, apply_edit
 from app.rubrics.generation import accept_draft
@@ -82,7 +82,7 @@ def rubric_page(
     request: Request,
     from_passage: str = "",
     user: CurrentUser = Depends(require("viewer")),
-    session: Session = Depends(db),
+    session: Session = db,
 ) -> Response:
     """The editor; ``from_passage`` starts a new question from an uncovered passage's first sentence."""
     collection = get_or_404(session, name)
@@ -108,7 +108,7 @@ def save_rubric(
     position: int | None = Form(None),
     note: str = Form(""),
     user: CurrentUser = Depends(require("judge")),
-    session: Session = Depends(db),
+    session: Session = db,
 ) -> Response:
     """Save one change as a new version, then regrade exactly the affected cells."""
     collection = get_or_404(session, name)
@@ -130,7 +130,6 @@ def save_rubric(
             session, collection, [change], user=user.name, note=note, require_note=get_settings().require_edit_note
         )
         job = launch_after_edit(session, collection, result, collection_grader(session, collection), user.name)
-        session.commit()
     except EditConflict as conflict:
         session.rollback()
         context = _rubric_context(session, collection, query, user)
@@ -144,7 +143,6 @@ def save_rubric(
     except (EmptyEdit, ValueError, LookupError) as error:
         session.rollback()
         raise HTTPException(400, str(error)) from None
-    start(job.id)
     context = _rubric_context(session, collection, query, user)
     context["job"] = {"id": job.id, "total": job.total, "state": job.state}
     if is_htmx(request):
@@ -158,7 +156,7 @@ async def accept_drafts(
     number: int,
     request: Request,
     user: CurrentUser = Depends(require("judge")),
-    session: Session = Depends(db),
+    session: Session = db,
 ) -> Response:
     """Publish the checked draft items (the unchecked ones are rejected) and grade them."""
     accepted = [str(v) for v in (await request.form()).getlist("item_id")]
@@ -178,8 +176,6 @@ def _publish_and_regrade(session: Session, collection: Collection, version: Rubr
     job = launch_grading(
         session, collection, spec, rubric_version=version.number, launched_by=user.name, kind="regrade"
     )
-    session.commit()
-    start(job.id)
 
 
 @router.get("/c/{name}/history")
@@ -189,7 +185,7 @@ def history_page(
     a: int | None = None,
     b: int | None = None,
     user: CurrentUser = Depends(require("viewer")),
-    session: Session = Depends(db),
+    session: Session = db,
 ) -> Response:
     collection = get_or_404(session, name)
     versions = list(
@@ -240,7 +236,7 @@ def _diff(session: Session, collection: Collection, a: int, b: int) -> dict[str,
 
 @router.post("/c/{name}/revert/{number}")
 def revert(
-    name: str, number: int, user: CurrentUser = Depends(require("judge")), session: Session = Depends(db)
+    name: str, number: int, user: CurrentUser = Depends(require("judge")), session: Session = db
 ) -> Response:
     collection = get_or_404(session, name)
     target = session.scalar(
@@ -271,7 +267,7 @@ def grid_page(
     disagree: bool = False,
     page: int = 1,
     user: CurrentUser = Depends(require("viewer")),
-    session: Session = Depends(db),
+    session: Session = db,
 ) -> Response:
     collection = get_or_404(session, name)
     query = _query(session, collection, query_id)
@@ -294,7 +290,7 @@ def override(
     item_id: str = Form(...),
     rating: int = Form(...),
     user: CurrentUser = Depends(require("judge")),
-    session: Session = Depends(db),
+    session: Session = db,
 ) -> dict[str, Any]:
     collection = get_or_404(session, name)
     if not 0 <= rating <= 5:
@@ -307,7 +303,6 @@ def override(
         keys=["pool_entry_pk", "item_id"],
         update=["rating", "judge"],
     )
-    session.commit()
     return {"pool_entry": pool_entry, "item_id": item_id, "rating": rating, "judge": user.name}
 
 
@@ -317,7 +312,7 @@ def flag(
     item_id: str = Form(...),
     reason: str = Form("spurious"),
     user: CurrentUser = Depends(require("judge")),
-    session: Session = Depends(db),
+    session: Session = db,
 ) -> dict[str, Any]:
     collection = get_or_404(session, name)
     upsert(
@@ -327,5 +322,4 @@ def flag(
         keys=["collection_id", "item_id"],
         update=["flagged_by", "reason"],
     )
-    session.commit()
     return {"item_id": item_id, "flagged": True}
