@@ -1,9 +1,13 @@
 """Rubric edits: each save makes a new immutable version and names exactly the items to regrade.
 
-Concurrency: every change carries the text the editor saw (``expected_text``). If the newest
-version holds another text for that item (or no longer holds it), the save is refused with an
-``EditConflict`` that shows both texts; nothing is written. Edits of different items by two judges
-merge cleanly, because each change is applied to the newest version.
+Concurrency: a save is a compare-and-swap on the rubric. ``apply_edit`` first takes the
+collection's rubric lock (``lock_rubric``), then reads the newest version, checks every change
+against it, and writes the new version, all in the caller's transaction. Every edit, move or
+deletion carries the text the editor saw (``expected_text``, required). If the newest version holds
+another text for that item, or no longer holds it (edited or deleted by someone else), the save is
+refused with an ``EditConflict`` that shows both texts and says which of the two happened; nothing
+is written. Edits of different items by two judges are both kept: the second save is applied to
+the version the first one made.
 
 An edited item gets a new id (``query_id/md5(text)``), so grades of older versions stay intact and
 only the new item's cells need grading.
@@ -19,8 +23,17 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.collections.service import CollectionWriter
-from app.models import BankItem, Collection, RubricVersion
-from app.rubrics.service import ItemSpec, create_version, item_id_for, latest_version, store_items, version_item_pks
+from app.errors import Conflict, Invalid, NotFound
+from app.models import BankItem, Collection, Query, RubricVersion, RubricVersionItem
+from app.rubrics.service import (
+    ItemSpec,
+    create_version,
+    item_id_for,
+    latest_version,
+    lock_rubric,
+    store_items,
+    version_item_pks,
+)
 
 Action = Literal["edit", "add", "delete", "move"]
 
@@ -38,7 +51,7 @@ class ItemChange:
 
 
 @dataclass
-class EditConflict(Exception):
+class EditConflict(Conflict):
     item_id: str
     yours: str | None
     theirs: str | None
@@ -55,8 +68,11 @@ class EditResult:
     removed_item_ids: list[str] = field(default_factory=list)  # deleted or replaced: leaderboard only
 
 
-class EmptyEdit(ValueError):
+class EmptyEdit(Invalid):
     pass
+
+
+NEEDS_EXPECTED_TEXT = frozenset({"edit", "delete", "move"})
 
 
 def apply_edit(
@@ -70,9 +86,13 @@ def apply_edit(
 ) -> EditResult:
     """Apply the changes to the newest published version, as a new version by ``user``."""
     if require_note and not note.strip():
-        raise ValueError("this deployment asks for a short reason with every rubric change")
+        raise Invalid("note: this deployment asks for a short reason with every rubric change")
     if not changes:
         raise EmptyEdit("nothing to save")
+    for change in changes:
+        if change.action in NEEDS_EXPECTED_TEXT and change.expected_text is None:
+            raise Invalid(f"expected_text: a {change.action} must say which text it changes (reload the page)")
+    lock_rubric(session, collection)  # taken before the newest version is read: the check and the write are one step
     base = latest_version(session, collection)
     order = version_item_pks(session, base)
     items = {item.id: item for item in session.scalars(select(BankItem).where(BankItem.id.in_(order)))}
@@ -93,19 +113,58 @@ def apply_edit(
     return EditResult(version, result_added, removed)
 
 
-def _check(change: ItemChange, by_item_id: dict[str, int], items: dict[int, BankItem]) -> int:
+def _check(
+    session: Session, change: ItemChange, by_item_id: dict[str, int], items: dict[int, BankItem]
+) -> int:
+    """The item's primary key in the newest version, if it still holds the text the editor saw."""
     pk = by_item_id.get(change.item_id or "")
-    theirs = items[pk].text if pk is not None else None
-    if pk is None or (change.expected_text is not None and theirs != change.expected_text):
-        raise EditConflict(
-            change.item_id or "",
-            change.text if change.action == "edit" else change.expected_text,
-            theirs,
-            f"item {change.item_id} changed since you opened it: now {theirs!r}"
-            if theirs is not None
-            else f"item {change.item_id} was deleted since you opened it",
-        )
-    return pk
+    if pk is not None and items[pk].text == change.expected_text:
+        return pk
+    yours = change.text if change.action == "edit" else change.expected_text
+    if pk is not None:
+        theirs = items[pk].text
+        message = f"item {change.item_id} changed since you opened it: it now reads {theirs!r}"
+        raise EditConflict(change.item_id or "", yours, theirs, message)
+    successor = _successor(session, change, by_item_id, items)
+    if successor is None:
+        raise EditConflict(change.item_id or "", yours, None, f"item {change.item_id} was deleted since you opened it")
+    text, editor = successor
+    message = f"item {change.item_id} was edited by {editor} since you opened it: it now reads {text!r}"
+    raise EditConflict(change.item_id or "", yours, text, message)
+
+
+def _successor(
+    session: Session, change: ItemChange, by_item_id: dict[str, int], items: dict[int, BankItem]
+) -> tuple[str, str] | None:
+    """(text, editor) of the item in the newest version that edits of ``change.item_id`` led to, if any.
+
+    Edited items record ``info.edited_from``; the chain (over every item the query ever had) is
+    followed until it reaches an item of the newest version. The editor is whoever published the
+    first version holding that item.
+    """
+    history = session.scalars(
+        select(BankItem).join(Query, Query.id == BankItem.query_pk).where(Query.query_id == change.query_id)
+    )
+    successors = {
+        item.info["edited_from"]: item.item_id
+        for item in history
+        if isinstance(item.info, dict) and item.info.get("edited_from")
+    }
+    item_id, seen = change.item_id or "", set()
+    while item_id in successors and item_id not in seen:
+        seen.add(item_id)
+        item_id = successors[item_id]
+        pk = by_item_id.get(item_id)
+        if pk is not None:
+            editor = session.scalar(
+                select(RubricVersion.created_by)
+                .join(RubricVersionItem, RubricVersionItem.version_pk == RubricVersion.id)
+                .where(RubricVersionItem.item_pk == pk)
+                .order_by(RubricVersion.number)
+                .limit(1)
+            )
+            return items[pk].text, editor or "someone else"
+    return None
 
 
 def _apply(
@@ -121,13 +180,13 @@ def _apply(
 ) -> list[int]:
     if change.action == "add":
         if item_id_for(change.query_id, (change.text or "").strip()) in by_item_id:
-            raise ValueError("the rubric already has this item")
+            raise Invalid("text: the rubric already has this item")
         pk = _new_item(session, collection, writer, change, change.text or "")
         items[pk] = session.get_one(BankItem, pk)
         by_item_id[items[pk].item_id] = pk
         added.append(items[pk].item_id)
         return _insert_at(order, items, pk, change.position)
-    old = _check(change, by_item_id, items)
+    old = _check(session, change, by_item_id, items)
     if change.action == "delete":
         removed.append(items[old].item_id)
         del by_item_id[items[old].item_id]
@@ -137,7 +196,7 @@ def _apply(
         return _insert_at(rest, items, old, change.position)
     text = (change.text or "").strip()
     if not text:
-        raise ValueError("an item needs a text; delete it instead")
+        raise Invalid("text: an item needs a text; delete it instead")
     gold = change.gold_answers if change.gold_answers is not None else tuple(items[old].gold_answers or ())
     new = _new_item(session, collection, writer, change, text, gold, previous=items[old])
     items[new] = session.get_one(BankItem, new)
@@ -159,9 +218,9 @@ def _new_item(
 ) -> int:
     text = text.strip()
     if not text:
-        raise ValueError("an item needs a text")
+        raise Invalid("text: an item needs a text")
     if change.query_id not in writer.query_pks:
-        raise LookupError(f"collection {collection.name!r} has no query {change.query_id!r}")
+        raise NotFound(f"collection {collection.name!r} has no query {change.query_id!r}")
     gold = gold if gold is not None else change.gold_answers
     info = {"edited_from": previous.item_id} if previous else {"added": True}
     kind = previous.kind if previous else change.kind

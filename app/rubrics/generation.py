@@ -18,11 +18,20 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.collections.service import CollectionWriter
+from app.errors import Conflict
 from app.grading import templates as t
 from app.grading.backends.base import BackendError
 from app.grading.prompts import PromptMessages, fill
 from app.models import BankItem, Collection, Query, RubricVersion
-from app.rubrics.service import ItemSpec, create_version, item_id_for, latest_version, store_items, version_item_pks
+from app.rubrics.service import (
+    ItemSpec,
+    create_version,
+    item_id_for,
+    latest_version,
+    lock_rubric,
+    store_items,
+    version_item_pks,
+)
 
 Kind = Literal["questions", "nuggets"]
 Style = Literal["dl", "car", "paper-dl", "paper-car"]
@@ -168,8 +177,10 @@ def accept_draft(
     session: Session, collection: Collection, draft: RubricVersion, accepted_item_ids: Sequence[str], user: str
 ) -> RubricVersion:
     """Publish a new version: the newest published items plus the accepted draft items."""
+    lock_rubric(session, collection)  # the draft and the newest version are read after the lock: nothing is lost
+    session.refresh(draft)
     if draft.status != "draft":
-        raise ValueError(f"rubric version {draft.number} is not a draft")
+        raise Conflict(f"rubric version {draft.number} is not a draft (already reviewed)")
     drafted = set(draft.bank_meta.get("draft_items", []))
     wanted = set(accepted_item_ids)
     accepted = [

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import func, insert, select
+from sqlalchemy import func, insert, select, update
 from sqlalchemy.orm import Session
 
 from app.collections.errors import ImportFormatError
@@ -202,6 +202,26 @@ def _new_version_if_changed(
     writer.report.add("bank_items", len(new_items))
 
 
+def lock_rubric(session: Session, collection: Collection) -> None:
+    """Serialise rubric writers of one collection until the caller's transaction ends.
+
+    Invariant: every writer of a rubric version reads the newest version only after this lock,
+    so a save is a compare-and-swap on the rubric: check the editor's ``expected_text`` against
+    the newest version, then write, with no other writer in between. A no-op ``UPDATE`` of the
+    collection row is the one lock both databases share: PostgreSQL takes the row lock, and on
+    SQLite it is the transaction's first write, which takes the database's write lock (waiting
+    up to the busy timeout) before any read of this transaction, so the read that follows is of
+    the newest committed state. The collection row is also what ``next_revision`` locks, so the
+    lock order (collection, then grades) stays the same everywhere.
+    """
+    session.execute(
+        update(Collection)
+        .where(Collection.id == collection.id)
+        .values(revision=Collection.revision)
+        .execution_options(synchronize_session=False)
+    )
+
+
 def create_version(
     session: Session,
     collection: Collection,
@@ -213,6 +233,7 @@ def create_version(
     bank_meta: dict[str, Any] | None = None,
 ) -> RubricVersion:
     """A new immutable rubric version listing ``item_pks`` in order, numbered after the newest one."""
+    lock_rubric(session, collection)  # numbers are unique per collection: no two writers take the same one
     number = (
         session.scalar(select(func.max(RubricVersion.number)).where(RubricVersion.collection_id == collection.id)) or 0
     ) + 1

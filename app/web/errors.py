@@ -56,7 +56,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(HTTPException)
     def http_error(request: Request, error: HTTPException) -> Response:
-        return error_response(request, error.status_code, str(error.detail), error.headers)
+        return error_response(request, error.status_code, str(error.detail), dict(error.headers or {}))
 
     @app.exception_handler(RequestValidationError)
     def validation_error(request: Request, error: RequestValidationError) -> Response:
