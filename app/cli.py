@@ -12,10 +12,11 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.text import Text
+from sqlalchemy.exc import OperationalError
 
-from app.collections.errors import CollectionNotFound, ImportFormatError
-from app.collections.queries import GraderSelectionError
-from app.evaluation.correlation import MissingSystemsError
+from app.db import is_busy
+from app.errors import DomainError
 from app.evaluation.formatting import TableFormat, render_tables
 
 app = typer.Typer(
@@ -26,15 +27,8 @@ export_app = typer.Typer(help="Export collections, qrels and runs.", no_args_is_
 app.add_typer(db_app, name="db")
 app.add_typer(export_app, name="export")
 
-err = Console(stderr=True)
-USER_ERRORS = (
-    ImportFormatError,
-    CollectionNotFound,
-    GraderSelectionError,
-    MissingSystemsError,
-    LookupError,
-    ValueError,
-)
+# Messages hold user data (names, query ids, file lines): never read them as Rich markup or emoji codes.
+err = Console(stderr=True, markup=False, emoji=False, highlight=False)
 
 CollectionArg = Annotated[str, typer.Argument(help="Collection name.")]
 ModelOpt = Annotated[str | None, typer.Option("--model", help="Grader model (GradeFilter llm).")]
@@ -43,16 +37,23 @@ FormatOpt = Annotated[str, typer.Option("--format", help="tsv, json, md or latex
 
 
 def _fail(message: str) -> None:
-    err.print(f"[bold red]error:[/] {message}", highlight=False, markup=True, soft_wrap=True)
+    """Print ``error: <message>`` (the message verbatim, only the prefix styled) and exit 2."""
+    err.print(Text.assemble(("error:", "bold red"), " ", message), soft_wrap=True)
     raise typer.Exit(2)
 
 
 @contextmanager
 def _user_errors() -> Iterator[None]:
+    """The CLI's one mapping of errors: a domain error (app/errors.py) or a busy database exits 2 with
+    ``error: …``; anything else is a bug and keeps its traceback."""
     try:
         yield
-    except USER_ERRORS as exc:
+    except DomainError as exc:
         _fail(str(exc))
+    except OperationalError as exc:
+        if not is_busy(exc):
+            raise
+        _fail("the database is locked by another process (a running job or import); try again in a moment")
 
 
 @contextmanager
@@ -148,14 +149,17 @@ def leaderboard_command(
         str, typer.Option("--measure", help="cover, n-cover, or a trec_eval measure (P@20, NDCG@10, MAP, RR…).")
     ],
     min_rating: Annotated[
-        int | None, typer.Option("--min-rating", help="Relevance threshold τ (trec_eval -l; Cover threshold).")
+        int | None,
+        typer.Option("--min-rating", min=0, max=1000, help="Relevance threshold τ (trec_eval -l; Cover threshold)."),
     ] = None,
-    top_k: Annotated[int, typer.Option("--top-k", help="Cover's rank cut-off (inclusive, raw rank).")] = 20,
+    top_k: Annotated[
+        int, typer.Option("--top-k", min=1, max=10_000, help="Cover's rank cut-off (inclusive, raw rank).")
+    ] = 20,
     label: Annotated[str, typer.Option("--label", help="Qrels label: max, min-answers:M or count.")] = "max",
     model: ModelOpt = None,
     prompt_class: PromptClassOpt = None,
     rubric_version: Annotated[
-        int | None, typer.Option("--rubric-version", help="Only count items of this version.")
+        int | None, typer.Option("--rubric-version", min=1, max=2**31 - 1, help="Only count items of this version.")
     ] = None,
     official: Annotated[
         Path | None, typer.Option("--official", help="Official leaderboard JSON (default: imported one).")
@@ -164,8 +168,10 @@ def leaderboard_command(
     reference_rounding: Annotated[
         bool, typer.Option("--reference-rounding", help="trec_eval's 4 decimals, then 3.")
     ] = False,
-    bootstrap: Annotated[int | None, typer.Option("--bootstrap", help="Bootstrap resamples for the CIs.")] = None,
-    seed: Annotated[int | None, typer.Option("--seed", help="Bootstrap seed.")] = None,
+    bootstrap: Annotated[
+        int | None, typer.Option("--bootstrap", min=0, max=100_000, help="Bootstrap resamples for the CIs (0: none).")
+    ] = None,
+    seed: Annotated[int | None, typer.Option("--seed", min=0, max=2**32 - 1, help="Bootstrap seed.")] = None,
     per_query_correlation: Annotated[
         bool, typer.Option("--per-query-correlation", help="Correlate per query against the manual judgments.")
     ] = False,
@@ -191,6 +197,7 @@ def leaderboard_command(
         bootstrap_seed=seed if seed is not None else settings.bootstrap_seed,
     )
     with _user_errors(), _session() as session:
+        service.check_request(request)
         target = get_collection(session, collection)
         ranks = {system: rank for _, system, rank in read_official(official)} if official else None
         data = service.load_evaluation_data(
@@ -217,10 +224,12 @@ def export_qrels(
     collection: CollectionArg,
     out: Annotated[Path, typer.Option("--out", help="Output qrels file.")],
     label: Annotated[str, typer.Option("--label", help="max, min-answers:M or count.")] = "max",
-    min_rating: Annotated[int | None, typer.Option("--min-rating", help="τ for --label count.")] = None,
+    min_rating: Annotated[
+        int | None, typer.Option("--min-rating", min=0, max=1000, help="τ for --label count.")
+    ] = None,
     model: ModelOpt = None,
     prompt_class: PromptClassOpt = None,
-    rubric_version: Annotated[int | None, typer.Option("--rubric-version")] = None,
+    rubric_version: Annotated[int | None, typer.Option("--rubric-version", min=1, max=2**31 - 1)] = None,
 ) -> None:
     """Write derived qrels: one line per graded passage, grade-0 passages included."""
     from app.collections.service import get_collection
@@ -232,7 +241,9 @@ def export_qrels(
         data = service.load_evaluation_data(
             session, target, model=model, prompt_class=prompt_class, rubric_version=rubric_version
         )
-        request = service.LeaderboardRequest(measure="qrels", min_rating=min_rating, label=label)
+        request = service.check_request(
+            service.LeaderboardRequest(measure="qrels", min_rating=min_rating, label=label), with_measure=False
+        )
         text = format_qrels(service.qrels_for(data, request))
     out.write_text(text, encoding="utf-8")
     err.print(f"wrote {text.count(chr(10))} qrels lines to {out}")
@@ -270,9 +281,11 @@ def export_runs(
 def agreement_command(
     collection: CollectionArg,
     min_answers: Annotated[
-        list[int] | None, typer.Option("--min-answers", help="Repeatable; default 1, 2 and 5.")
+        list[int] | None, typer.Option("--min-answers", min=1, max=1000, help="Repeatable; default 1, 2 and 5.")
     ] = None,
-    min_judgment: Annotated[int, typer.Option("--min-judgment", help="Lowest relevant judgment (2 for TREC DL).")] = 1,
+    min_judgment: Annotated[
+        int, typer.Option("--min-judgment", min=-2, max=4, help="Lowest relevant judgment (2 for TREC DL).")
+    ] = 1,
     model: ModelOpt = None,
     prompt_class: PromptClassOpt = None,
     fmt: FormatOpt = "md",
@@ -301,14 +314,14 @@ def agreement_command(
 def verify_command(
     collection: CollectionArg,
     analysis: Annotated[str, typer.Argument(help="grading, bad-questions, uncovered or grid.")],
-    min_rating: Annotated[int, typer.Option("--min-rating", help="High self-rating threshold R.")] = 4,
-    min_judgment: Annotated[int, typer.Option("--min-judgment", help="Lowest relevant judgment J.")] = 1,
+    min_rating: Annotated[int, typer.Option("--min-rating", min=0, max=1000, help="High self-rating threshold R.")] = 4,
+    min_judgment: Annotated[int, typer.Option("--min-judgment", min=-2, max=4, help="Lowest relevant judgment J.")] = 1,
     model: ModelOpt = None,
     prompt_class: PromptClassOpt = None,
     answer_prompt_class: Annotated[
         str | None, typer.Option("--answer-prompt-class", help="Grader whose answers to show.")
     ] = None,
-    limit: Annotated[int, typer.Option("--limit", help="bad-questions: items per query.")] = 20,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=100_000, help="bad-questions: items per query.")] = 20,
     fmt: FormatOpt = "tsv",
 ) -> None:
     """Oversight analyses: verify grading, spurious questions, uncovered passages, the grid."""
@@ -349,17 +362,27 @@ def grade_command(
         str | None, typer.Option("--model", help="Hub id, local path, .gguf file, smollm2, minilm.")
     ] = None,
     mode: Annotated[str, typer.Option("--mode", help="generate (parity) or score (one forward pass).")] = "score",
-    rubric_version: Annotated[int | None, typer.Option("--rubric-version", help="Default: newest.")] = None,
-    max_queries: Annotated[int | None, typer.Option("--max-queries", help="Grade only the first N queries.")] = None,
+    rubric_version: Annotated[
+        int | None, typer.Option("--rubric-version", min=1, max=2**31 - 1, help="Default: newest.")
+    ] = None,
+    max_queries: Annotated[
+        int | None, typer.Option("--max-queries", min=1, max=10_000_000, help="Grade only the first N queries.")
+    ] = None,
     query: Annotated[list[str] | None, typer.Option("--query", help="Grade only this query; repeatable.")] = None,
-    batch_tokens: Annotated[int, typer.Option("--batch-tokens", help="Padded tokens per model batch.")] = 8192,
+    batch_tokens: Annotated[
+        int, typer.Option("--batch-tokens", min=1, max=10_000_000, help="Padded tokens per model batch.")
+    ] = 8192,
     device: Annotated[str, typer.Option("--device", help="cpu or cuda.")] = "cpu",
     dtype: Annotated[str, typer.Option("--dtype", help="auto, float32, bfloat16 or float16.")] = "auto",
-    max_tokens: Annotated[int, typer.Option("--max-tokens", help="Context window for truncation.")] = 512,
-    num_beams: Annotated[int | None, typer.Option("--num-beams", help="generate: beams (seq2seq: 5).")] = None,
+    max_tokens: Annotated[
+        int, typer.Option("--max-tokens", min=16, max=1_000_000, help="Context window for truncation.")
+    ] = 512,
+    num_beams: Annotated[
+        int | None, typer.Option("--num-beams", min=1, max=64, help="generate: beams (seq2seq: 5).")
+    ] = None,
     base_url: Annotated[str | None, typer.Option("--base-url", help="OpenAI-compatible endpoint.")] = None,
     endpoint: Annotated[str, typer.Option("--endpoint", help="openai: chat or completions.")] = "chat",
-    concurrency: Annotated[int, typer.Option("--concurrency", help="openai: requests in flight.")] = 8,
+    concurrency: Annotated[int, typer.Option("--concurrency", min=1, max=1024, help="openai: requests in flight.")] = 8,
     json_mode: Annotated[bool, typer.Option("--json-mode", help="Append the reference JSON instruction.")] = False,
     custom_prompt: Annotated[Path | None, typer.Option("--custom-prompt", help="Template file.")] = None,
     custom_parser: Annotated[str, typer.Option("--custom-parser", help="rating, yes_no or free.")] = "rating",
@@ -441,7 +464,7 @@ def generate_command(
     backend: Annotated[str, typer.Option("--backend", help="hf (a local causal LM) or openai.")] = "hf",
     model: Annotated[str | None, typer.Option("--model", help="Hub id, local path, .gguf, smollm2.")] = None,
     style: Annotated[str, typer.Option("--style", help="dl, car, paper-dl or paper-car.")] = "dl",
-    n: Annotated[int, typer.Option("--n", help="Items to ask for per query (dl style).")] = 10,
+    n: Annotated[int, typer.Option("--n", min=1, max=1000, help="Items to ask for per query (dl style).")] = 10,
     query: Annotated[list[str] | None, typer.Option("--query", help="Only this query; repeatable.")] = None,
     base_url: Annotated[str | None, typer.Option("--base-url", help="OpenAI-compatible endpoint.")] = None,
     device: Annotated[str, typer.Option("--device", help="cpu or cuda.")] = "cpu",
@@ -476,7 +499,7 @@ def generate_command(
 @app.command("accept-draft")
 def accept_draft_command(
     collection: CollectionArg,
-    version: Annotated[int, typer.Argument(help="Draft rubric version number.")],
+    version: Annotated[int, typer.Argument(min=1, max=2**31 - 1, help="Draft rubric version number.")],
     item: Annotated[list[str] | None, typer.Option("--item", help="Accept only this item id; repeatable.")] = None,
     user: Annotated[str, typer.Option("--user", help="Recorded as the author.")] = "cli",
 ) -> None:
@@ -533,30 +556,35 @@ def user_add(
 ) -> None:
     """Create a user of the web workbench (argon2-hashed password)."""
     from app.accounts.service import create_user
+    from app.errors import DomainError
 
     secret = password or typer.prompt("password", hide_input=True, confirmation_prompt=True)
-    with _user_errors(), _session() as session:
-        create_user(session, name, role, secret)
+    try:  # a refused name or password, or a taken name, exits 2 (app.accounts.names, .passwords)
+        with _user_errors(), _session() as session:
+            create_user(session, name, role, secret)
+    except DomainError as error:
+        _fail(str(error))
     err.print(f"created {role} {name!r}")
 
 
 @app.command("serve")
 def serve_command(
     host: Annotated[str, typer.Option("--host")] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port")] = 8000,
+    port: Annotated[int, typer.Option("--port", min=1, max=65535)] = 8000,
 ) -> None:
     """Serve the web workbench (jobs go to Celery when RUBRIC_REDIS_URL is set, else run in-process)."""
     import uvicorn
 
     from app.web.main import create_app
 
-    uvicorn.run(create_app(), host=host, port=port, log_level="info")
+    # Open event streams never end by themselves: give them a few seconds on SIGTERM, then close them.
+    uvicorn.run(create_app(), host=host, port=port, log_level="info", timeout_graceful_shutdown=5)
 
 
 @app.command("demo")
 def demo_command(
     host: Annotated[str, typer.Option("--host")] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port")] = 8000,
+    port: Annotated[int, typer.Option("--port", min=1, max=65535)] = 8000,
     directory: Annotated[Path, typer.Option("--dir", help="Where the demo database lives.")] = Path("rubric-demo"),
     no_serve: Annotated[bool, typer.Option("--no-serve", help="Set up and grade, then exit.")] = False,
 ) -> None:
@@ -578,7 +606,9 @@ def worker_command(
     queues: Annotated[str, typer.Option("--queues", help="Comma-separated: gpu (grading), default (CPU).")] = (
         "gpu,default"
     ),
-    concurrency: Annotated[int, typer.Option("--concurrency", help="Worker processes (1 = solo pool).")] = 1,
+    concurrency: Annotated[
+        int, typer.Option("--concurrency", min=1, max=1024, help="Worker processes (1 = solo pool).")
+    ] = 1,
     loglevel: Annotated[str, typer.Option("--loglevel")] = "info",
 ) -> None:
     """Start a Celery worker on RUBRIC_REDIS_URL (one model per process, loaded on the first batch)."""
@@ -587,7 +617,9 @@ def worker_command(
     if not get_settings().redis_url:
         _fail("RUBRIC_REDIS_URL is not set: a worker needs Redis (without it, jobs run in the web process)")
     from worker.celery_app import app as celery_app
+    from worker.celery_app import consume_queues
 
+    consume_queues([q.strip() for q in queues.split(",") if q.strip()])
     pool = ["--pool", "solo"] if concurrency == 1 else ["--pool", "prefork", "--concurrency", str(concurrency)]
     celery_app.worker_main(
         ["worker", "--queues", queues, *pool, "--loglevel", loglevel, "--without-gossip", "--without-mingle"]

@@ -13,12 +13,17 @@ from contextlib import contextmanager
 from functools import lru_cache
 
 from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 log = logging.getLogger(__name__)
 _HOOKS = "after_commit_hooks"
 # How long a SQLite writer waits for another writer's lock before "database is locked" (ms).
 SQLITE_BUSY_TIMEOUT_MS = 5000
+# Connections kept open, and opened on demand beyond them. Larger than the web's request slots
+# (``app.web.deps.DB_REQUEST_SLOTS``) so that background threads always find a connection.
+POOL_SIZE = 10
+POOL_OVERFLOW = 30
 
 
 def _sqlite_pragmas(dbapi_connection: object, _record: object) -> None:
@@ -34,11 +39,14 @@ def _sqlite_pragmas(dbapi_connection: object, _record: object) -> None:
 def make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
         engine = create_engine(
-            url, connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}
+            url,
+            connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_MS / 1000},
+            pool_size=POOL_SIZE,
+            max_overflow=POOL_OVERFLOW,
         )
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
-    return create_engine(url, pool_pre_ping=True)
+    return create_engine(url, pool_pre_ping=True, pool_size=POOL_SIZE, max_overflow=POOL_OVERFLOW)
 
 
 @lru_cache
@@ -68,6 +76,12 @@ def session_scope(engine: Engine | None = None) -> Iterator[Session]:
         raise
     finally:
         session.close()
+
+
+def is_busy(error: OperationalError) -> bool:
+    """A locked SQLite file or an unreachable server: the database's state, not a bug; retrying may work."""
+    text = str(error.orig).lower()
+    return any(sign in text for sign in ("locked", "busy", "could not connect", "connection", "timeout"))
 
 
 def after_commit(session: Session, callback: Callable[[], object]) -> None:

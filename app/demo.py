@@ -18,10 +18,10 @@ from app.models import Collection, User
 from app.rubrics.service import import_banks
 from app.samples import NAME, write_sample
 
-DEMO_ACCOUNTS = (
-    ("viewer", "viewer", "viewer-demo"),
-    ("judge", "judge", "judge-demo"),
-    ("organizer", "organizer", "organizer-demo"),
+DEMO_ACCOUNTS = (  # passwords pass app/accounts/passwords.py (10+, not containing the name)
+    ("viewer", "viewer", "demo-reads-only"),
+    ("judge", "judge", "demo-grades-cells"),
+    ("organizer", "organizer", "demo-runs-the-show"),
 )
 
 
@@ -30,7 +30,7 @@ def prepare_demo(directory: Path) -> list[tuple[str, str, str]]:
     directory.mkdir(parents=True, exist_ok=True)
     os.environ["RUBRIC_DATABASE_URL"] = f"sqlite:///{directory.resolve() / 'demo.sqlite'}"
     os.environ.pop("RUBRIC_REDIS_URL", None)  # embedded mode: no services needed
-    os.environ.setdefault("RUBRIC_SECRET_KEY", "rubric-demo-" + str(directory.resolve()))
+    # No derived key: the web app creates a random one in demo.sqlite.secret (0600) on first start.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     get_settings.cache_clear()
     engine_for.cache_clear()

@@ -102,7 +102,7 @@ def build(directory: Path) -> None:
         import_queries(session, collection, directory / "queries.json")
         import_interchange(session, collection, directory / "passages.jsonl")
         import_banks(session, collection, [directory / "bank.jsonl"])
-        create_user(session, "judge", "judge", "judge-bench-pw")
+        create_user(session, "judge", "judge", "bench-grader-pw")
         job = launch_grading(session, collection, GraderSpec())
         session.commit()
         job_id, collection_id = job.id, collection.id
@@ -184,7 +184,7 @@ def main() -> None:
     base = serve()
     with httpx.Client(base_url=base, timeout=60) as client:
         token = re.search(r'name="csrf-token" content="([^"]+)"', client.get("/login").text).group(1)  # type: ignore[union-attr]
-        client.post("/login", data={"name": "judge", "password": "judge-bench-pw", "csrf_token": token})
+        client.post("/login", data={"name": "judge", "password": "bench-grader-pw", "csrf_token": token})
         token = re.search(r'name="csrf-token" content="([^"]+)"', client.get("/").text).group(1)  # type: ignore[union-attr]
         rows = [
             ("baseline: /healthz round trip", timings(client, "/healthz")),

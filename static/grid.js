@@ -1,4 +1,5 @@
 // Keyboard-first grid: arrows or h/j/k/l move, 0-5 set a human grade, x flags the column's question, ? help.
+// URLs come from data attributes rendered with url_for; error responses are shown as text only.
 (function () {
   const csrf = document.querySelector('meta[name="csrf-token"]').content;
   let row = 0;
@@ -23,10 +24,7 @@
     const body = new URLSearchParams(data);
     const response = await fetch(url, { method: "POST", body, headers: { "X-CSRF-Token": csrf } });
     if (!response.ok) {
-      const text = await response.text();
-      const holder = document.createElement("div");
-      holder.innerHTML = text;
-      window.rubricToast(holder.textContent.trim() || "request failed");
+      window.rubricToast(window.rubricErrorText(await response.text(), response.status));
       return null;
     }
     return response.json();
@@ -36,7 +34,7 @@
     const grid = document.getElementById("grid");
     if (grid.dataset.canEdit !== "yes") return;
     const entry = cell.closest("tr").dataset.entry;
-    const result = await post(`/c/${grid.dataset.collection}/override`, { pool_entry: entry, item_id: cell.dataset.item, rating });
+    const result = await post(grid.dataset.overrideUrl, { pool_entry: entry, item_id: cell.dataset.item, rating });
     if (!result) return;
     cell.className = cell.className.replace(/\bg(\d|none)\b/, "g" + rating);
     cell.querySelector(".grade").textContent = String(rating);
@@ -52,7 +50,7 @@
   async function flag(cell) {
     const grid = document.getElementById("grid");
     if (grid.dataset.canEdit !== "yes") return;
-    const result = await post(`/c/${grid.dataset.collection}/flag`, { item_id: cell.dataset.item });
+    const result = await post(grid.dataset.flagUrl, { item_id: cell.dataset.item });
     if (result) {
       document.querySelectorAll(`#grid th.item-head[data-item="${CSS.escape(cell.dataset.item)}"]`).forEach((th) => th.classList.add("flagged"));
       window.rubricToast("question flagged as spurious");

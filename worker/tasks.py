@@ -22,7 +22,7 @@ def grade_cells(batch_id: int) -> None:
 
 @app.task(name="jobs.sweep")
 def sweep() -> list[int]:
-    """Requeue the batches of live jobs whose worker stopped sending heartbeats."""
+    """Requeue the batches of live jobs whose worker stopped sending heartbeats; retry refused deliveries."""
     return sweep_orphans(get_settings().job_stale_seconds)
 
 

@@ -1,13 +1,23 @@
-"""Accounts: argon2-hashed passwords and three roles, each including the ones below it."""
+"""Accounts: argon2-hashed passwords and three roles, each including the ones below it.
+
+Every name passes ``names.valid_name`` and every new password ``passwords.check_password``
+here, whichever front end (web form, CLI, demo) creates the user.
+"""
 
 from __future__ import annotations
 
 from argon2 import PasswordHasher
-from argon2.exceptions import InvalidHashError, VerifyMismatchError
+from argon2.exceptions import InvalidHashError, VerificationError
 from sqlalchemy import select
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from app.accounts.names import MAX_NAME_LENGTH, name_key, valid_name
+from app.accounts.passwords import MAX_PASSWORD_LENGTH, check_password
+from app.accounts.sessions import end_other_sessions
+from app.errors import Conflict, Invalid
 from app.models import ROLES, User
+from app.models.base import utcnow
 
 _hasher = PasswordHasher()
 
@@ -22,25 +32,51 @@ def has_role(user_role: str, needed: str) -> bool:
 
 
 def create_user(session: Session, name: str, role: str, password: str) -> User:
+    """A new user; ``Conflict`` when the name is taken in any letter case (atomic: two
+    concurrent requests for one name create one user)."""
     if role not in ROLES:
-        raise ValueError(f"role must be one of {', '.join(ROLES)}, not {role!r}")
-    if len(password) < 8:
-        raise ValueError("a password needs at least 8 characters")
-    if session.scalar(select(User).where(User.name == name)) is not None:
-        raise ValueError(f"user {name!r} exists already")
-    user = User(name=name, role=role, password_hash=_hasher.hash(password))
-    session.add(user)
-    session.flush()
+        raise Invalid(f"role must be one of {', '.join(ROLES)}, not {role!r}")
+    name = valid_name(name)
+    check_password(password, name)
+    insert = postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
+    values = {
+        "name": name,
+        "name_key": name_key(name),
+        "role": role,
+        "password_hash": _hasher.hash(password),
+        "created_at": utcnow(),
+    }
+    new_id = session.scalar(insert(User).values(**values).on_conflict_do_nothing().returning(User.id))
+    if new_id is None:
+        raise Conflict(f"user {name!r} exists already")
+    user = session.get(User, new_id)
+    assert user is not None
     return user
+
+
+def find_user(session: Session, name: str) -> User | None:
+    """The user of ``name`` in any letter case; None for any name that cannot be one."""
+    if not name or len(name) > MAX_NAME_LENGTH * 2:
+        return None
+    return session.scalar(select(User).where(User.name_key == name_key(name)))
 
 
 def authenticate(session: Session, name: str, password: str) -> User | None:
-    user = session.scalar(select(User).where(User.name == name))
-    if user is None:
-        _hasher.hash(password)  # same work either way: no timing oracle for user names
+    user = find_user(session, name)
+    if user is None or len(password) > MAX_PASSWORD_LENGTH:
+        _hasher.hash(password[:MAX_PASSWORD_LENGTH])  # same work either way: no timing oracle for names
         return None
     try:
         _hasher.verify(user.password_hash, password)
-    except (VerifyMismatchError, InvalidHashError):
+    except (VerificationError, InvalidHashError):
         return None
     return user
+
+
+def set_password(session: Session, user: User, new: str, keep_token: object = None) -> None:
+    """Replace the password (the caller has checked the current one, or is an organizer) and
+    end every session of the user but ``keep_token``'s: a stolen cookie dies with the old password."""
+    check_password(new, user.name)
+    user.password_hash = _hasher.hash(new)
+    end_other_sessions(session, user, keep_token)
+    session.flush()

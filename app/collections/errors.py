@@ -1,7 +1,15 @@
+"""The import and lookup errors of collections, as domain errors (``app/errors.py``).
+
+An ``ImportFormatError`` is ``Invalid`` (400 on the web, exit 2 on the CLI) and still a
+``ValueError``; a ``CollectionNotFound`` is ``NotFound`` (404) and still a ``LookupError``.
+"""
+
 from __future__ import annotations
 
+from app.errors import Invalid, NotFound
 
-class ImportFormatError(ValueError):
+
+class ImportFormatError(Invalid):
     """Bad input, located by file, line and field so the user can fix it."""
 
     def __init__(self, file: str, line: int | None, field: str | None, message: str) -> None:
@@ -15,6 +23,7 @@ class ImportFormatError(ValueError):
         super().__init__(f"{where}: {message}")
 
 
-class CollectionNotFound(LookupError):
+class CollectionNotFound(NotFound):
     def __init__(self, name: str) -> None:
-        super().__init__(f"no collection named {name!r}; import one with `rubric import {name} …`")
+        shown = name if len(name) <= 200 else name[:200] + "…"
+        super().__init__(f"no collection named {shown!r}; import one with `rubric import {shown} …`")

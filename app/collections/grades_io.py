@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from app.collections.errors import ImportFormatError
 from app.collections.revision import upsert_grades
-from app.collections.schemas import ExamGradesIn, GradesIn, ParagraphIn
+from app.collections.schemas import PROMPT_CLASS_MAX, ExamGradesIn, GradesIn, ParagraphIn
 from app.models import DIRECT_ITEM, Grade, Grader
 
 if TYPE_CHECKING:
@@ -62,8 +62,19 @@ def ensure_grader(
     return pk
 
 
-def _imported_grader(session: Session, entry: ExamGradesIn | GradesIn, prompt_type: str, is_self_rated: bool) -> int:
-    prompt_info = entry.prompt_info or {}
+def _prompt_class(entry: ExamGradesIn | GradesIn, file: str, line: int, field: str) -> str:
+    """The entry's ``prompt_info.prompt_class``, which must fit Grader.prompt_class."""
+    prompt_class = str((entry.prompt_info or {}).get("prompt_class", "QuestionPromptWithChoices"))
+    if len(prompt_class) > PROMPT_CLASS_MAX:
+        raise ImportFormatError(
+            file, line, f"{field}.prompt_info.prompt_class", f"longer than {PROMPT_CLASS_MAX} characters"
+        )
+    return prompt_class
+
+
+def _imported_grader(
+    session: Session, entry: ExamGradesIn | GradesIn, prompt_type: str, is_self_rated: bool, prompt_class: str
+) -> int:
     present = [name for name in _OPTIONAL if name in entry.model_fields_set]
     options = {
         "source": "interchange",
@@ -75,7 +86,7 @@ def _imported_grader(session: Session, entry: ExamGradesIn | GradesIn, prompt_ty
     return ensure_grader(
         session,
         model=entry.llm,
-        prompt_class=str(prompt_info.get("prompt_class", "QuestionPromptWithChoices")),
+        prompt_class=prompt_class,
         template_hash="imported:" + canonical_hash(options)[:24],
         prompt_type=prompt_type,
         is_self_rated=is_self_rated,
@@ -142,10 +153,12 @@ def write_paragraph_grades(
         field = f"paragraphs[{index}].exam_grades[{g}]"
         _, key = _rating_key(entry, file, line, field)
         prompt_type = entry.prompt_type or ("nugget" if key == "nugget_id" else "question")
-        grader_pk = _imported_grader(session, entry, prompt_type, entry.self_ratings is not None)
+        prompt_class = _prompt_class(entry, file, line, field)
+        grader_pk = _imported_grader(session, entry, prompt_type, entry.self_ratings is not None, prompt_class)
         rows += _exam_grade_rows(entry, grader_pk, entry_pk, file, line, field)
-    for direct in paragraph.grades or []:
-        grader_pk = _imported_grader(session, direct, "direct_grading", direct.self_ratings is not None)
+    for d, direct in enumerate(paragraph.grades or []):
+        prompt_class = _prompt_class(direct, file, line, f"paragraphs[{index}].grades[{d}]")
+        grader_pk = _imported_grader(session, direct, "direct_grading", direct.self_ratings is not None, prompt_class)
         rows.append(
             {
                 "pool_entry_pk": entry_pk,

@@ -8,7 +8,10 @@ from pathlib import Path
 from sqlalchemy.orm import Session
 
 from app.collections import service
+from app.collections.errors import ImportFormatError
+from app.collections.readers import read_run
 from app.collections.responses import import_responses
+from app.db import session_scope
 from app.models import Collection
 from app.rubrics.service import import_banks
 
@@ -29,8 +32,10 @@ def import_files(
 ) -> dict[str, int]:
     """Queries, passages, banks, runs, qrels, the official ranking, then responses; rows written per kind.
 
-    The caller owns the transaction: any error leaves it to be rolled back whole.
+    The caller owns the transaction: any error leaves it to be rolled back whole. Each run file
+    must carry its own run tag (the system's name), or two runs would silently merge into one.
     """
+    _check_distinct_run_tags(files.runs)
     reports = [service.import_queries(session, collection, p) for p in files.queries]
     reports += [service.import_interchange(session, collection, p, progress) for p in files.passages]
     if files.bank:
@@ -44,3 +49,27 @@ def import_files(
         for kind, n in report.counts.items():
             totals.add(kind, n)
     return totals.counts
+
+
+def import_into(collection_name: str, files: ImportFiles) -> dict[str, int]:
+    """``import_files`` in a transaction of its own, for a worker thread: all of it commits, or none."""
+    with session_scope() as session:
+        return import_files(session, service.ensure_collection(session, collection_name), files)
+
+
+def _check_distinct_run_tags(runs: list[Path]) -> None:
+    """Refuse a second run file with a tag already used in this import, naming both files."""
+    first_with: dict[str, Path] = {}
+    for path in runs:
+        first = next(read_run(path), None)  # the dropped generator closes its file at once
+        if first is None:
+            continue  # an empty run is refused when it is imported, with its own message
+        if first.tag in first_with:
+            raise ImportFormatError(
+                str(path),
+                first.line,
+                "tag",
+                f"run tag {first.tag!r} is also the tag of {first_with[first.tag]}; each run names its "
+                "own system, so two runs with one tag would merge (give each run its own tag)",
+            )
+        first_with[first.tag] = path

@@ -10,6 +10,7 @@ from typing import Any, Protocol, TypeVar
 from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
 
+from app.errors import Invalid
 from app.evaluation.oversight import BankEntry
 from app.evaluation.types import Judgments
 from app.models import (
@@ -30,7 +31,7 @@ from app.models import (
 AnySelect = TypeVar("AnySelect", bound="Select[*tuple[Any, ...]]")
 
 
-class GraderSelectionError(LookupError):
+class GraderSelectionError(Invalid):
     """No grader, or more than one, matches the requested model and prompt class."""
 
 

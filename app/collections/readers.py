@@ -1,9 +1,16 @@
-"""Streaming readers for every input format. Each bad record raises ImportFormatError(file, line, field)."""
+"""Streaming readers for every input format. Each bad record raises ImportFormatError(file, line, field).
+
+What a database cannot store is refused here, the same way on SQLite and PostgreSQL: NUL
+characters, strings longer than their column, integers outside their column, NaN and ±Infinity.
+JSON nested deeper than ``MAX_JSON_DEPTH`` is refused before the parser can recurse on it.
+"""
 
 from __future__ import annotations
 
 import gzip
 import json
+import math
+import re
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -13,9 +20,24 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from app.collections.errors import ImportFormatError
-from app.collections.schemas import BankIn, ParagraphIn
+from app.collections.limits import open_gzip
+from app.collections.schemas import (
+    INT32_MAX,
+    PASSAGE_ID_MAX,
+    QUERY_ID_MAX,
+    RELEVANCE_MAX,
+    RELEVANCE_MIN,
+    SYSTEM_NAME_MAX,
+    BankIn,
+    ParagraphIn,
+)
 
 _GZIP_MAGIC = b"\x1f\x8b"
+MAX_JSON_DEPTH = 32
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_INNERMOST_PAIR = re.compile(r"\[\]|\{\}")
+_HUGE_NUMBER = re.compile(r"[eE][+]?\d{3}|\d{300}")
 
 
 def _is_gzip(path: Path) -> bool:
@@ -28,12 +50,14 @@ def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
     name = str(path)
     if not path.is_file():
         raise ImportFormatError(name, None, None, "file not found")
-    opener = gzip.open if _is_gzip(path) else open
+    opener = open_gzip if _is_gzip(path) else open  # a gzip file may not inflate past the limit
     line_no = 0
     seen_content = False
     try:
         with opener(path, "rt", encoding="utf-8") as handle:
             for line_no, line in enumerate(handle, start=1):  # noqa: B007 - used after the loop
+                if "\x00" in line:
+                    raise ImportFormatError(name, line_no, None, "contains a NUL character")
                 if line.strip():
                     seen_content = True
                     yield line_no, line
@@ -61,11 +85,83 @@ def validate(model: type[BaseModel], data: Any, file: str, line: int, prefix: st
         raise ImportFormatError(file, line, field or None, first["msg"]) from None
 
 
-def parse_json_line(file: str, line_no: int, line: str) -> Any:
+class _NonFinite(ValueError):
+    pass
+
+
+def _reject_constant(name: str) -> float:
+    raise _NonFinite(f"{name} is not a number this file may hold")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NonFinite(f"{text} overflows a float")
+    return value
+
+
+def json_depth_exceeds(text: str, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether JSON ``text`` nests arrays/objects deeper than ``limit``, without parsing it.
+
+    Strings are blanked, then each regex pass removes the innermost ``[]``/``{}`` pairs: a
+    document of depth d is empty after exactly d passes (malformed text is left to the parser).
+    """
+    shape = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
+    for _ in range(limit):
+        shape, removed = _INNERMOST_PAIR.subn("", shape)
+        if not shape or not removed:
+            return False
+    return bool(_INNERMOST_PAIR.search(shape))
+
+
+def _nul_path(value: Any, path: str = "") -> str | None:
+    """The location of the first string (or key) holding a NUL character; depth is bounded already."""
+    if isinstance(value, str):
+        return (path or "(value)") if "\x00" in value else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            where = f"{path}.{key}" if path else str(key)
+            if "\x00" in key:
+                return where
+            found = _nul_path(item, where)
+            if found:
+                return found
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            found = _nul_path(item, f"{path}[{index}]")
+            if found:
+                return found
+    return None
+
+
+def load_json(file: str, line_no: int | None, text: str) -> Any:
+    """``json.loads`` for untrusted text: bounded depth, finite numbers, no NUL; errors are located."""
+    if json_depth_exceeds(text):
+        raise ImportFormatError(file, line_no, None, f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
+    huge = _HUGE_NUMBER.search(_JSON_STRING.sub("", text)) is not None
     try:
-        return json.loads(line)
+        value = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float if huge else None)
     except json.JSONDecodeError as exc:
-        raise ImportFormatError(file, line_no, None, f"invalid JSON ({exc.msg} at column {exc.colno})") from None
+        where = line_no if line_no is not None else exc.lineno
+        raise ImportFormatError(file, where, None, f"invalid JSON ({exc.msg} at column {exc.colno})") from None
+    except (ValueError, RecursionError) as exc:  # NaN/Infinity, a float overflow, an int over 4300 digits
+        raise ImportFormatError(file, line_no, None, f"invalid number ({exc})") from None
+    if "\\u0000" in text:
+        field = _nul_path(value)
+        if field is not None:
+            raise ImportFormatError(file, line_no, field, "contains a NUL character")
+    return value
+
+
+def parse_json_line(file: str, line_no: int, line: str) -> Any:
+    return load_json(file, line_no, line)
+
+
+def check_length(value: str, limit: int, file: str, line: int | None, field: str) -> str:
+    """``value`` if it fits its ``String(limit)`` column, else an ImportFormatError naming the field."""
+    if len(value) > limit:
+        raise ImportFormatError(file, line, field, f"longer than {limit} characters ({len(value)})")
+    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +181,7 @@ def read_interchange(path: Path) -> Iterator[InterchangeLine]:
         query_id = record[0]
         if isinstance(query_id, bool) or not isinstance(query_id, str | int) or str(query_id) == "":
             raise ImportFormatError(name, line_no, "query_id", "expected a non-empty string")
+        check_length(str(query_id), QUERY_ID_MAX, name, line_no, "query_id")
         paragraphs = []
         for index, raw in enumerate(record[1]):
             paragraph_id = raw.get("paragraph_id") if isinstance(raw, dict) else None
@@ -143,9 +240,12 @@ def read_run(path: Path) -> Iterator[RunLine]:
         parts = line.split()
         if len(parts) != 6:
             raise ImportFormatError(name, line_no, None, f"expected 6 columns ({' '.join(fields)}), got {len(parts)}")
-        rank = _number(int, parts[3], name, line_no, "rank")
+        query_id = check_length(parts[0], QUERY_ID_MAX, name, line_no, "query_id")
+        docno = check_length(parts[2], PASSAGE_ID_MAX, name, line_no, "docno")
+        tag = check_length(parts[5], SYSTEM_NAME_MAX, name, line_no, "tag")
+        rank = _integer(parts[3], name, line_no, "rank", 0, INT32_MAX)
         score = _number(float, parts[4], name, line_no, "score")
-        yield RunLine(line_no, parts[0], parts[2], rank, score, parts[5])
+        yield RunLine(line_no, query_id, docno, rank, score, tag)
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,23 +263,36 @@ def read_qrels(path: Path) -> Iterator[QrelsLine]:
         parts = line.split()
         if len(parts) != 4:
             raise ImportFormatError(name, line_no, None, f"expected 4 columns (qid iter docno rel), got {len(parts)}")
-        yield QrelsLine(line_no, parts[0], parts[2], _number(int, parts[3], name, line_no, "rel"))
+        query_id = check_length(parts[0], QUERY_ID_MAX, name, line_no, "query_id")
+        docno = check_length(parts[2], PASSAGE_ID_MAX, name, line_no, "docno")
+        relevance = _integer(parts[3], name, line_no, "rel", RELEVANCE_MIN, RELEVANCE_MAX)
+        yield QrelsLine(line_no, query_id, docno, relevance)
 
 
 def _number(kind: type[int] | type[float], text: str, file: str, line: int, field: str) -> Any:
+    """``kind(text)``; a float must be finite (NaN, inf and 1e999 are refused)."""
+    shown = text if len(text) <= 40 else text[:40] + "…"
     try:
-        return kind(text)
+        value = kind(text)
     except ValueError:
-        raise ImportFormatError(file, line, field, f"expected {kind.__name__}, got {text!r}") from None
+        raise ImportFormatError(file, line, field, f"expected {kind.__name__}, got {shown!r}") from None
+    if kind is float and not math.isfinite(value):
+        raise ImportFormatError(file, line, field, f"expected a finite number, got {shown!r}")
+    return value
+
+
+def _integer(text: str, file: str, line: int, field: str, low: int, high: int) -> int:
+    value: int = _number(int, text, file, line, field)
+    if not low <= value <= high:
+        shown = text if len(text) <= 40 else text[:40] + "…"
+        raise ImportFormatError(file, line, field, f"must be between {low} and {high}, got {shown}")
+    return value
 
 
 def _json_document(path: Path) -> tuple[Any, list[str]]:
     lines = [line for _, line in iter_lines(path)]
     text = "".join(lines)
-    try:
-        return json.loads(text), text.splitlines()
-    except json.JSONDecodeError as exc:
-        raise ImportFormatError(str(path), exc.lineno, None, f"invalid JSON ({exc.msg})") from None
+    return load_json(str(path), None, text), text.splitlines()
 
 
 def key_line(lines: list[str], key: str) -> int | None:
@@ -195,7 +308,8 @@ def read_queries(path: Path) -> list[tuple[int | None, str, str]]:
         result: list[tuple[int | None, str, str]] = []
         for line_no, line in iter_lines(path):
             parts = line.rstrip("\n").split("\t") if "\t" in line else line.split(maxsplit=1)
-            result.append((line_no, parts[0].strip(), " ".join(p.strip() for p in parts[1:])))
+            query_id = check_length(parts[0].strip(), QUERY_ID_MAX, name, line_no, "query_id")
+            result.append((line_no, query_id, " ".join(p.strip() for p in parts[1:])))
         return result
     document, lines = _json_document(path)
     if not isinstance(document, dict):
@@ -203,6 +317,7 @@ def read_queries(path: Path) -> list[tuple[int | None, str, str]]:
     for key, value in document.items():
         if not isinstance(value, str):
             raise ImportFormatError(name, key_line(lines, key), key, f"expected query text, got {type(value).__name__}")
+        check_length(key, QUERY_ID_MAX, name, key_line(lines, key), "query_id")
     return [(key_line(lines, k), k, v) for k, v in document.items()]
 
 
@@ -216,5 +331,8 @@ def read_official(path: Path) -> list[tuple[int | None, str, float]]:
     for system, rank in document.items():
         if isinstance(rank, bool) or not isinstance(rank, int | float):
             raise ImportFormatError(name, key_line(lines, system), system, f"expected a numeric rank, got {rank!r}")
+        check_length(system, SYSTEM_NAME_MAX, name, key_line(lines, system), "system")
+        if not -INT32_MAX <= rank <= INT32_MAX:  # also refuses NaN; ±Infinity cannot reach here (load_json)
+            raise ImportFormatError(name, key_line(lines, system), system, f"expected a finite rank, got {rank!r}")
         result.append((key_line(lines, system), system, float(rank)))
     return result

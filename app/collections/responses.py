@@ -11,7 +11,6 @@ treats a response like a ranked list. Two inputs are read:
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,7 +19,8 @@ from pathlib import Path
 from sqlalchemy.orm import Session
 
 from app.collections.errors import ImportFormatError
-from app.collections.readers import RunLine, iter_lines
+from app.collections.readers import RunLine, check_length, iter_lines, load_json
+from app.collections.schemas import PASSAGE_ID_MAX, SYSTEM_NAME_MAX
 from app.collections.service import CollectionWriter, ImportReport, _write_ranked_lines
 from app.models import Collection
 
@@ -81,10 +81,7 @@ def _pieces(text: str, max_tokens: int) -> Iterator[str]:
 def read_rag24(path: Path) -> Iterator[Response]:
     file = str(path)
     for line, raw in iter_lines(path):
-        try:
-            record = json.loads(raw)
-        except json.JSONDecodeError as error:
-            raise ImportFormatError(file, line, "(json)", f"not valid JSON: {error.msg}") from None
+        record = load_json(file, line, raw)
         if not isinstance(record, dict):
             raise ImportFormatError(file, line, "(record)", "expected a JSON object")
         for field in ("run_id", "topic_id", "answer"):
@@ -96,13 +93,16 @@ def read_rag24(path: Path) -> Iterator[Response]:
         ):
             raise ImportFormatError(file, line, "answer", "expected a list of {text, citations} objects")
         text = " ".join(s["text"].strip() for s in answer)
-        yield Response(file, line, str(record["run_id"]), str(record["topic_id"]), text)
+        system = check_length(str(record["run_id"]), SYSTEM_NAME_MAX, file, line, "run_id")
+        yield Response(file, line, system, str(record["topic_id"]), text)
 
 
 def read_text_dir(directory: Path) -> Iterator[Response]:
     for system_dir in sorted(p for p in directory.iterdir() if p.is_dir()):
+        system = check_length(system_dir.name, SYSTEM_NAME_MAX, str(system_dir), None, "system")
         for path in sorted(system_dir.glob("*.txt")):
-            yield Response(str(path), 1, system_dir.name, path.stem, path.read_text(encoding="utf-8"))
+            text = "".join(line for _, line in iter_lines(path))  # UTF-8, no NUL, not empty
+            yield Response(str(path), 1, system, path.stem, text)
 
 
 def import_responses(session: Session, collection: Collection, path: Path) -> ImportReport:
@@ -121,6 +121,8 @@ def import_responses(session: Session, collection: Collection, path: Path) -> Im
         writer.known_query(response.query_id, response.file, response.line)
         segments = segment(response.text)
         ids = {f"{response.system}:{response.query_id}:{k}": text for k, text in enumerate(segments)}
+        for passage_id in ids:
+            check_length(passage_id, PASSAGE_ID_MAX, response.file, response.line, "passage id (system:query:k)")
         writer.ensure_passages(dict(ids), response.file, dict.fromkeys(ids, response.line))
         by_system.setdefault(response.system, []).extend(
             RunLine(response.line, response.query_id, pid, k + 1, float(-k), response.system)

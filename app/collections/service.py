@@ -21,6 +21,8 @@ from app.collections.readers import (
     read_run,
 )
 from app.collections.revision import next_revision
+from app.collections.schemas import COLLECTION_NAME_MAX
+from app.errors import Invalid
 from app.models import (
     Collection,
     Judgment,
@@ -51,7 +53,9 @@ class ImportReport:
 
 
 def get_collection(session: Session, name: str) -> Collection:
-    """Load a collection by name or raise CollectionNotFound."""
+    """Load a collection by name or raise CollectionNotFound (also for a name no collection can have)."""
+    if not _storable_name(name):
+        raise CollectionNotFound(name)
     collection = session.scalar(select(Collection).where(Collection.name == name))
     if collection is None:
         raise CollectionNotFound(name)
@@ -59,13 +63,21 @@ def get_collection(session: Session, name: str) -> Collection:
 
 
 def ensure_collection(session: Session, name: str) -> Collection:
-    """Load the named collection, creating it if needed."""
+    """Load the named collection, creating it if needed; the name must fit Collection.name."""
+    if not _storable_name(name):
+        raise Invalid(f"a collection name is 1 to {COLLECTION_NAME_MAX} characters, without NUL")
     collection = session.scalar(select(Collection).where(Collection.name == name))
     if collection is None:
-        collection = Collection(name=name)
-        session.add(collection)
-        session.flush()
+        from app.collections.naming import checked_collection_name  # a new name must be URL-safe
+
+        # Two imports creating one new name at once: the second waits for the first and reuses its row.
+        upsert(session, Collection, [{"name": checked_collection_name(name)}], keys=["name"])
+        collection = session.scalars(select(Collection).where(Collection.name == name)).one()
     return collection
+
+
+def _storable_name(name: str) -> bool:
+    return 0 < len(name) <= COLLECTION_NAME_MAX and "\x00" not in name
 
 
 class CollectionWriter:

@@ -6,6 +6,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from app.errors import Invalid
 from app.evaluation.qrels import LabelRule, passage_label
 from app.evaluation.types import GradedPool, Judgments
 
@@ -85,8 +86,16 @@ class AgreementTable:
     kappa: Mapping[int, tuple[int, float, Confusion]]  # row index → (column index, κ, confusion)
 
 
+MIN_JUDGMENT, MAX_JUDGMENT = -2, 4  # the judgment scale is −2..3; J = 4 makes nothing relevant
+
+
 def judgment_sets(min_judgment: int) -> tuple[frozenset[int], frozenset[int]]:
-    """relevant = {J..3}, non-relevant = {−2..J−1}."""
+    """relevant = {J..3}, non-relevant = {−2..J−1}, for MIN_JUDGMENT ≤ J ≤ MAX_JUDGMENT (else ``Invalid``).
+
+    The bound is checked before the sets are built, so no set is ever sized by user input.
+    """
+    if not MIN_JUDGMENT <= min_judgment <= MAX_JUDGMENT:
+        raise Invalid(f"min_judgment must be between {MIN_JUDGMENT} and {MAX_JUDGMENT}, got {min_judgment}")
     return frozenset(range(min_judgment, 4)), frozenset(range(-2, min_judgment))
 
 

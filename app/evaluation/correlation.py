@@ -9,10 +9,11 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from scipy import stats
 
+from app.errors import Invalid
 from app.evaluation.types import Correlation
 
 
-class MissingSystemsError(ValueError):
+class MissingSystemsError(Invalid):
     """Officially ranked systems have no predicted score."""
 
     def __init__(self, missing: Sequence[str]) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from app.errors import Invalid
 from app.evaluation.types import GradedPool, PassageGrade, RankedPassage, Rankings
 
 IntArray = npt.NDArray[np.int64]
@@ -132,7 +133,7 @@ class GradeFrame:
         columns: tuple[list[int], list[int], list[int], list[bool]] = ([], [], [], [])
         flags = {g.is_self_rated for docs in graded.values() for g in docs.values()}
         if len(flags) > 1:
-            raise ValueError("a graded pool mixes self-rated and boolean grades")
+            raise Invalid("a graded pool mixes self-rated and boolean grades")
         for query_id, docs in graded.items():
             for passage_id, grade in docs.items():
                 entry = position[(query_id, passage_id)]

@@ -8,10 +8,12 @@ from typing import Literal
 
 import numpy as np
 
+from app.errors import Invalid
 from app.evaluation.frame import NO_RATING, BoolArray, GradeFrame, IntArray
 from app.evaluation.types import GradedPool, PassageGrade, Qrels
 
 LabelMode = Literal["max", "min-answers", "count"]
+MAX_MIN_ANSWERS = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,15 +31,16 @@ class LabelRule:
 
     @classmethod
     def parse(cls, text: str, *, min_rating: int | None = None) -> LabelRule:
-        """Read ``max``, ``count`` or ``min-answers:M``."""
+        """Read ``max``, ``count`` or ``min-answers:M`` (1 ≤ M ≤ MAX_MIN_ANSWERS); else ``Invalid``."""
         if text == "max":
             return cls("max", min_rating=min_rating)
         if text == "count":
             return cls("count", min_rating=min_rating)
         name, _, value = text.partition(":")
-        if name == "min-answers" and value.isdigit() and int(value) >= 1:
+        if name == "min-answers" and value.isdigit() and len(value) <= 6 and 1 <= int(value) <= MAX_MIN_ANSWERS:
             return cls("min-answers", int(value), min_rating)
-        raise ValueError(f"unknown label rule {text!r}: use max, count or min-answers:M (M ≥ 1)")
+        shown = text if len(text) <= 40 else text[:40] + "…"
+        raise Invalid(f"unknown label rule {shown!r}: use max, count or min-answers:M (1 ≤ M ≤ {MAX_MIN_ANSWERS})")
 
     def __str__(self) -> str:
         return f"min-answers:{self.min_answers}" if self.mode == "min-answers" else self.mode
@@ -53,7 +56,7 @@ def passage_label(grade: PassageGrade, rule: LabelRule) -> int:
             return len(grade.correct)
         return sum(r >= rule.min_rating for r in ratings)
     if not ratings:
-        raise ValueError("a self-rated grade without ratings cannot be labelled")
+        raise Invalid("a self-rated grade without ratings cannot be labelled")
     if rule.mode == "max":
         return max(ratings)
     return min(heapq.nlargest(rule.min_answers, ratings))
@@ -74,7 +77,7 @@ def frame_labels(grades: GradeFrame, rule: LabelRule) -> tuple[IntArray, IntArra
         return entries, count(rated & (grades.rating >= (rule.min_rating or 0)))
     unrated = entries[count(rated) == 0]
     if len(unrated):
-        raise ValueError(_unrated_message(grades, unrated, rule))
+        raise Invalid(_unrated_message(grades, unrated, rule))
     # rated cells sorted by entry, highest rating first: the m-th highest is at offset min(m, n) − 1
     order = np.lexsort((-grades.rating[rated], cell_entry[rated]))
     ratings, starts = grades.rating[rated][order], np.searchsorted(cell_entry[rated][order], np.arange(len(entries)))

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 import ir_measures
 from ir_measures import AP, RR, P, R, Rprec, nDCG
 
+from app.errors import Invalid
 from app.evaluation.frame import Runs
 from app.evaluation.stats import mean_stderr
 from app.evaluation.types import Qrels, RankedPassage, Rankings, SystemScore
@@ -27,6 +28,11 @@ _BINARY = {
     "rprec": Rprec,
 }
 _GRADED = {"ndcg": nDCG, "ndcg_cut": nDCG}
+MAX_CUTOFF = 10_000  # deeper than any pool; pytrec_eval overflows on cut-offs past a C int
+MAX_MEASURE_NAME = 100
+_UNKNOWN = (
+    f"use P@k, Recall@k, MAP, NDCG@k, RR, R-prec, cover, n-cover or an ir_measures name (cut-offs 1 to {MAX_CUTOFF})"
+)
 
 
 def parse_measure(name: str, *, min_rating: int | None = None) -> ir_measures.Measure:
@@ -35,12 +41,20 @@ def parse_measure(name: str, *, min_rating: int | None = None) -> ir_measures.Me
     Binary measures count a passage as relevant iff its label ≥ the level l (trec_eval ``-l``,
     default 1), so P@k = |{relevant in the top k by score}| / k. As in trec_eval, the level does
     not change nDCG, which uses the label as the gain. Any ir_measures name is accepted verbatim.
+    Raises ``Invalid`` (a ValueError) for an unknown name, or a cut-off or parameter out of bounds.
     """
+    return _checked(_parse_measure(name, min_rating), name)
+
+
+def _parse_measure(name: str, min_rating: int | None) -> ir_measures.Measure:
+    shown = name if len(name) <= MAX_MEASURE_NAME else name[:MAX_MEASURE_NAME] + "…"
+    if len(name) > MAX_MEASURE_NAME:
+        raise Invalid(f"unknown measure {shown!r}: {_UNKNOWN}")
     level = 1 if min_rating is None else min_rating
     match = _CUTOFF.match(name.strip())
     if match:
         key = match["name"].lower()
-        cutoff = int(match["k"]) if match["k"] else None
+        cutoff = _cutoff(match["k"], name) if match["k"] else None
         if key in _BINARY:
             measure: ir_measures.Measure = _BINARY[key](rel=level)
             return measure @ cutoff if cutoff is not None else measure
@@ -50,11 +64,27 @@ def parse_measure(name: str, *, min_rating: int | None = None) -> ir_measures.Me
     try:
         parsed: ir_measures.Measure = ir_measures.parse_measure(name)
         return parsed
-    except (ValueError, NameError, SyntaxError) as exc:
-        raise ValueError(
-            f"unknown measure {name!r}: use P@k, Recall@k, MAP, NDCG@k, RR, R-prec, cover, n-cover "
-            "or an ir_measures name"
-        ) from exc
+    # ir_measures evaluates a Python expression: any of these means the text is no measure
+    except (ValueError, NameError, SyntaxError, TypeError, AttributeError, RecursionError, MemoryError) as exc:
+        raise Invalid(f"unknown measure {shown!r}: {_UNKNOWN}") from exc
+
+
+def _cutoff(digits: str, name: str) -> int:
+    if len(digits) > 6 or not 1 <= int(digits) <= MAX_CUTOFF:
+        raise Invalid(f"measure {name!r}: the cut-off must be between 1 and {MAX_CUTOFF}")
+    return int(digits)
+
+
+def _checked(measure: ir_measures.Measure, name: str) -> ir_measures.Measure:
+    """Every numeric parameter fits pytrec_eval's C int; a cut-off is 1..MAX_CUTOFF."""
+    for key, value in measure.params.items():
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        if key == "cutoff" and not 1 <= value <= MAX_CUTOFF:
+            raise Invalid(f"measure {name!r}: the cut-off must be between 1 and {MAX_CUTOFF}")
+        if not -(2**31) < value < 2**31:
+            raise Invalid(f"measure {name!r}: parameter {key} is out of bounds")
+    return measure
 
 
 def top_depth(measure: ir_measures.Measure) -> int | None:

@@ -201,33 +201,64 @@ def ensure_method_grader(session: Session, method: GradingMethod) -> int:
     )
 
 
-def grade_batch(session: Session, method: GradingMethod, grader_pk: int, cells: Sequence[Cell]) -> GradingReport:
-    """Grade one batch: cache hits cost nothing, identical prompts are graded once, rows are upserted."""
-    report = GradingReport(total=len(cells))
+@dataclass
+class PreparedBatch:
+    """A batch resolved against the cache (a read), waiting for its model calls."""
+
+    cells: Sequence[Cell]
+    keys: list[str]
+    outcomes: dict[str, Outcome]  # cached outcomes now, fresh ones once ``compute`` ran
+    fresh: dict[str, Cell]  # one cell per distinct prompt the cache misses
+
+
+def prepare_batch(session: Session, method: GradingMethod, cells: Sequence[Cell]) -> PreparedBatch:
+    """Read the cache for a batch; writes nothing."""
     keys = [cache_key(method, cell.input) for cell in cells]
     outcomes = _cached_outcomes(session, set(keys))
-    report.cached = sum(1 for key in keys if key in outcomes)
-    first_of_key: dict[str, Cell] = {}
+    fresh: dict[str, Cell] = {}
     for cell, key in zip(cells, keys, strict=True):
         if key not in outcomes:
-            first_of_key.setdefault(key, cell)
-    fresh = method.grade([cell.input for cell in first_of_key.values()]) if first_of_key else []
-    new_outcomes = dict(zip(first_of_key, fresh, strict=True))
+            fresh.setdefault(key, cell)
+    return PreparedBatch(cells, keys, outcomes, fresh)
+
+
+def compute_batch(method: GradingMethod, prepared: PreparedBatch) -> dict[str, Outcome]:
+    """The model calls of a batch: no session, so the caller holds no transaction while they run."""
+    if not prepared.fresh:
+        return {}
+    results = method.grade([cell.input for cell in prepared.fresh.values()])
+    return dict(zip(prepared.fresh, results, strict=True))
+
+
+def store_batch(
+    session: Session, grader_pk: int, prepared: PreparedBatch, new_outcomes: dict[str, Outcome]
+) -> GradingReport:
+    """Write a computed batch: successful outcomes into the cache, every cell's grade row (upserts)."""
+    report = GradingReport(total=len(prepared.cells))
+    report.cached = sum(1 for key in prepared.keys if key in prepared.outcomes)
     report.graded = len(new_outcomes)
-    report.deduplicated = len(cells) - report.cached - report.graded
+    report.deduplicated = report.total - report.cached - report.graded
     upsert(
         session,
         GradeCache,
         [_cache_row(key, outcome) for key, outcome in new_outcomes.items() if outcome.error is None],
         keys=["key"],
     )
-    outcomes.update(new_outcomes)
-    rows = [_grade_row(cell, grader_pk, key, outcomes[key]) for cell, key in zip(cells, keys, strict=True)]
+    outcomes = {**prepared.outcomes, **new_outcomes}
+    rows = [
+        _grade_row(cell, grader_pk, key, outcomes[key]) for cell, key in zip(prepared.cells, prepared.keys, strict=True)
+    ]
     upsert_grades(session, rows, update=GRADE_UPDATE)
     errors = [row["error"] for row in rows if row["error"]]
     report.errors = len(errors)
     report.error_samples = errors[:3]
     return report
+
+
+def grade_batch(session: Session, method: GradingMethod, grader_pk: int, cells: Sequence[Cell]) -> GradingReport:
+    """Grade one batch: cache hits cost nothing, identical prompts are graded once, rows are upserted."""
+    prepared = prepare_batch(session, method, cells)
+    return store_batch(session, grader_pk, prepared, compute_batch(method, prepared))
 
 
 def grade_cells(
@@ -238,14 +269,22 @@ def grade_cells(
     batch_cells: int = BATCH_CELLS,
     after_batch: Callable[[GradingReport], None] | None = None,
 ) -> GradingReport:
-    """Grade every cell in batches; ``after_batch`` gets the running totals (commit there)."""
-    grader_pk = ensure_method_grader(session, method)
+    """Grade every cell in batches; ``after_batch`` gets the running totals (commit there).
+
+    The grader row is written after the first batch's model calls, so with an ``after_batch``
+    that commits, no write transaction is open while the model runs.
+    """
+    grader_pk: int | None = None
     total = GradingReport()
     for batch in chunks(cells, batch_cells):
-        report = grade_batch(session, method, grader_pk, batch)
-        _accumulate(total, report)
+        prepared = prepare_batch(session, method, batch)
+        computed = compute_batch(method, prepared)
+        grader_pk = grader_pk if grader_pk is not None else ensure_method_grader(session, method)
+        _accumulate(total, store_batch(session, grader_pk, prepared, computed))
         if after_batch is not None:
             after_batch(total)
+    if grader_pk is None:
+        ensure_method_grader(session, method)  # an empty plan still names its grader
     return total
 
 

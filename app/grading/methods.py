@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from app.errors import Invalid
 from app.grading.backends.base import Backend, BackendError, ScoreResult
 from app.grading.prompts import CellInput, PromptClass, PromptMessages, PromptTooLong
 
@@ -71,7 +72,7 @@ class PromptGrader:
 
     def __init__(self, prompt: PromptClass, backend: Backend, mode: Mode = "generate", json_mode: bool = False) -> None:
         if mode == "score" and not prompt.score_choices:
-            raise ValueError(f"{prompt.name} answers in free text; score mode needs a rating or yes/no prompt")
+            raise Invalid(f"{prompt.name} answers in free text; score mode needs a rating or yes/no prompt")
         self.prompt = prompt
         self.backend = backend
         self.mode = mode

@@ -13,13 +13,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.config import get_settings
+from app.errors import Invalid, NotFound
 
 SMOLLM2 = "smollm2"
 MINILM = "minilm"
 _SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-class ModelNotFound(LookupError):
+class ModelNotFound(NotFound):
     pass
 
 
@@ -74,3 +75,23 @@ def offline_if_local(source: ModelSource) -> None:
     """Local weights never need the hub; say so, so transformers does not wait on the network."""
     if Path(source.location).exists():
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+# ---- the models the web may name -------------------------------------------------------------
+
+BUNDLED_MODELS: dict[str, str] = {SMOLLM2: SMOLLM2, MINILM: MINILM}
+MAX_LABEL_CHARS = 200
+
+
+def configured_models() -> dict[str, str]:
+    """Label → model reference: the bundled models, then what an organizer set in ``RUBRIC_MODELS``."""
+    return {**BUNDLED_MODELS, **get_settings().models}
+
+
+def model_for_label(label: str) -> str:
+    """The reference behind a configured label; a browser never names a path or hub id itself."""
+    models = configured_models()
+    if label not in models:
+        shown = label if len(label) <= MAX_LABEL_CHARS else label[:MAX_LABEL_CHARS] + "…"
+        raise Invalid(f"model: {shown!r} is not a configured model; choose one of {', '.join(sorted(models))}")
+    return models[label]

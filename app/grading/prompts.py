@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
 
+from app.errors import Invalid, NotFound
 from app.evaluation.answer_key import verify_answer
 from app.evaluation.parsing import (
     DIRECT_MATCHER,
@@ -152,7 +153,7 @@ class PromptClass:
     def render_qa(self, cell: CellInput) -> PromptMessages:
         """The QA-pipeline variant: ``system`` = the question part, ``user`` = the passage (the reader truncates it)."""
         if self.is_direct:
-            raise ValueError(f"{self.name}: an extractive QA reader grades question and nugget prompts only")
+            raise Invalid(f"{self.name}: an extractive QA reader grades question and nugget prompts only")
         question = fill(self.question_part, **{self.item_placeholder: cell.item_text}).rstrip("\n")
         return PromptMessages(text=f"{question}\n{cell.passage_text}", system=question, user=cell.passage_text)
 
@@ -329,7 +330,7 @@ _REGISTRY: dict[str, PromptClass] = {p.name: p for p in BUILTIN}
 DEFAULT_PROMPT_CLASS = "QuestionSelfRatedUnanswerablePromptWithChoices"
 
 
-class UnknownPromptClass(LookupError):
+class UnknownPromptClass(NotFound):
     pass
 
 
@@ -351,10 +352,10 @@ def register_custom(path: Path, parser: str, name: str | None = None, kind: str 
     As in the reference's CustomQuestionSelfRatedPrompt, the filled template is cut at the end to fit.
     """
     if parser not in ("rating", "yes_no", "free"):
-        raise ValueError(f"{path}: custom prompt parser must be rating, yes_no or free, not {parser!r}")
+        raise Invalid(f"{path}: custom prompt parser must be rating, yes_no or free, not {parser!r}")
     text = path.read_text(encoding="utf-8")
     if "{context}" not in text:
-        raise ValueError(f"{path}: a custom prompt template needs a {{context}} placeholder")
+        raise Invalid(f"{path}: a custom prompt template needs a {{context}} placeholder")
     direct = "{question}" not in text and "{nugget}" not in text
     prompt_type: PromptType = "direct_grading" if direct else ("nugget" if kind == "nugget" else "question")
     prompt = PromptClass(

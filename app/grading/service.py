@@ -9,14 +9,24 @@ from typing import Any, Literal
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app.errors import Invalid, NotFound
+from app.grading.backends.base import BackendError
 from app.grading.engine import Cell, CellScope, plan_cells
 from app.grading.methods import GradingMethod, Mode, PromptGrader
-from app.grading.models import MINILM, SMOLLM2
-from app.grading.prompts import DEFAULT_PROMPT_CLASS, PromptClass, get_prompt_class, register_custom
+from app.grading.models import MINILM, SMOLLM2, ModelNotFound
+from app.grading.prompts import (
+    DEFAULT_PROMPT_CLASS,
+    PromptClass,
+    get_prompt_class,
+    prompt_class_names,
+    register_custom,
+)
 from app.models import Collection, RubricVersion
 from app.rubrics.service import latest_version
 
 BackendName = Literal["hf", "openai", "similarity", "hf-qa"]
+BACKENDS: tuple[str, ...] = ("hf", "openai", "similarity", "hf-qa")
+MODES: tuple[str, ...] = ("generate", "score")
 DEFAULT_BACKEND: BackendName = "similarity"
 DEFAULT_MODELS: dict[str, str] = {
     "hf": SMOLLM2,
@@ -47,10 +57,17 @@ class GraderSpec:
     json_mode: bool = False
     custom_prompt: str | None = None
     custom_parser: str = "rating"
+    # Set when the model came from the web's allowlist: messages name this label, never the path.
+    model_label: str | None = None
 
     @property
     def model_ref(self) -> str:
         return self.model or DEFAULT_MODELS[self.backend]
+
+    @property
+    def model_name(self) -> str:
+        """How messages name the model: its configured label, else what the operator gave."""
+        return self.model_label or self.model_ref
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -71,6 +88,54 @@ class GraderSpec:
         if self.custom_prompt:
             return register_custom(Path(self.custom_prompt), self.custom_parser, self.prompt_class or None)
         return get_prompt_class(self.prompt_class)
+
+
+def validate_spec(spec: GraderSpec) -> None:
+    """Refuse a grader that cannot be built (an ``Invalid`` naming the field), without loading a model.
+
+    Launch and estimate call this, so a job never starts with a spec its batches cannot build.
+    """
+    if spec.backend not in BACKENDS:
+        raise Invalid(f"backend: {spec.backend!r} is not one of {', '.join(BACKENDS)}")
+    if spec.mode not in MODES:
+        raise Invalid(f"mode: {spec.mode!r} is not one of {', '.join(MODES)}")
+    if spec.backend != "similarity":  # similarity reads only DirectSimilarity from the prompt class
+        _validate_prompt(spec)
+    try:
+        build_method(spec)  # resolves the model reference; loads nothing
+    except ModelNotFound:
+        raise Invalid(f"model: {spec.model_name!r} was not found") from None
+
+
+def validate_generator(spec: GraderSpec) -> None:
+    """Refuse a drafting model that cannot be built (an ``Invalid`` naming the field); loads nothing."""
+    if spec.backend not in ("hf", "openai"):
+        raise Invalid(f"backend: drafting takes hf or openai, not {spec.backend!r}")
+    try:
+        build_backend(spec)
+    except ModelNotFound:
+        raise Invalid(f"model: {spec.model_name!r} was not found") from None
+
+
+def _validate_prompt(spec: GraderSpec) -> None:
+    if spec.custom_prompt is None and spec.prompt_class not in prompt_class_names():
+        raise Invalid(f"prompt_class: unknown prompt class {spec.prompt_class!r}")
+    if spec.mode == "score" and spec.custom_prompt is None and not spec._prompt().score_choices:
+        raise Invalid(
+            f"mode: {spec.prompt_class} answers in free text; score mode needs a rating or yes/no prompt class"
+        )
+
+
+def public_error(spec: GraderSpec, error: BaseException) -> str:
+    """What a job message may say about a failure, seen by every viewer.
+
+    A backend's own refusal (an HTTP error of an API, a missing answer token) is shown as it is;
+    anything else (a model that failed to load, whose text may quote a file) is named by type and
+    model label only, and the details go to the worker's log.
+    """
+    if isinstance(error, BackendError | Invalid):
+        return f"{type(error).__name__}: {error}"
+    return f"{type(error).__name__} with model {spec.model_name!r} (details in the worker log)"
 
 
 def build_method(spec: GraderSpec) -> GradingMethod:
@@ -121,7 +186,7 @@ def rubric_version(session: Session, collection: Collection, number: int | None)
         select(RubricVersion).where(RubricVersion.collection_id == collection.id, RubricVersion.number == number)
     )
     if version is None:
-        raise LookupError(f"collection {collection.name!r} has no rubric version {number}")
+        raise NotFound(f"collection {collection.name!r} has no rubric version {number}")
     return version
 
 
@@ -130,5 +195,5 @@ def plan_for(
 ) -> list[Cell]:
     version = rubric_version(session, collection, version_number)
     if version is None and spec.prompt_type != "direct_grading":
-        raise LookupError(f"collection {collection.name!r} has no test bank; import one with --bank or generate one")
+        raise Invalid(f"collection {collection.name!r} has no test bank; import one with --bank or generate one")
     return plan_cells(session, collection, spec.prompt_type, version, scope)

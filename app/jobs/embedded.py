@@ -1,16 +1,21 @@
 """The embedded worker: with no Redis, the same tasks run in threads of this process.
 
-One grading thread (models are not shared between threads) and a small pool for CPU work, using
-the same job rows and the same ``execute_batch`` as a Celery worker. This is what ``rubric demo``
-uses; production runs Redis and separate ``rubric worker`` processes.
+One grading thread (models are not shared between threads), one drafting thread (so drafting a
+test bank never waits for, or blocks, grading), using the same job rows and the same
+``execute_batch`` / ``execute_generation`` as a Celery worker. This is what ``rubric demo`` uses;
+production runs Redis and separate ``rubric worker`` processes.
+
+The worker remembers what it holds (queued or running here), so the sweep hands it the queued
+batches it lost, e.g. when the web process restarted.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
+from typing import Literal
 
 from app.config import get_settings
 from app.db import engine_for, session_scope
@@ -19,36 +24,43 @@ from app.jobs.events import after_batch, job_event
 from app.jobs.service import execute_batch, execute_generation
 
 log = logging.getLogger(__name__)
+Held = tuple[str, Literal["batch", "job"], int]  # database url, what, id
 
 
 class EmbeddedWorker:
     def __init__(self) -> None:
         self.grading = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rubric-grading")
-        self.cpu = ThreadPoolExecutor(max_workers=2, thread_name_prefix="rubric-cpu")
-        self._pending: set[Future[None]] = set()
+        self.drafting = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rubric-drafting")
+        self._held: dict[Held, int] = {}  # how many submissions of each are pending
         self._lock = threading.Lock()
 
     def submit_batches(self, batch_ids: list[int]) -> None:
         url = get_settings().database_url  # the database the job lives in, fixed at submission
         for batch_id in batch_ids:
-            future = self.grading.submit(self._run, url, batch_id)
-            with self._lock:
-                self._pending.add(future)
-            future.add_done_callback(self._forget)
+            self._submit(self.grading, (url, "batch", batch_id))
 
     def submit_generation(self, job_id: int) -> None:
-        future = self.grading.submit(self._generate, get_settings().database_url, job_id)
-        with self._lock:
-            self._pending.add(future)
-        future.add_done_callback(self._forget)
+        self._submit(self.drafting, (get_settings().database_url, "job", job_id))
 
-    def _forget(self, future: Future[None]) -> None:
+    def _submit(self, pool: ThreadPoolExecutor, held: Held) -> None:
         with self._lock:
-            self._pending.discard(future)
+            self._held[held] = self._held.get(held, 0) + 1
+        future = pool.submit(self._generate if held[1] == "job" else self._run, held[0], held[2])
+        future.add_done_callback(lambda _f: self._forget(held))
+
+    def _forget(self, held: Held) -> None:
+        with self._lock:
+            left = self._held.pop(held, 1) - 1
+            if left:
+                self._held[held] = left
+
+    def holds(self, url: str, what: Literal["batch", "job"], ident: int) -> bool:
+        with self._lock:
+            return (url, what, ident) in self._held
 
     def idle(self) -> bool:
         with self._lock:
-            return not self._pending
+            return not self._held
 
     @staticmethod
     def _generate(url: str, job_id: int) -> None:

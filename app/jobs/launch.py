@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app.config import get_settings
 from app.db import session_scope
 from app.grading.engine import CellScope
-from app.grading.service import GraderSpec, plan_for
+from app.grading.service import GraderSpec, plan_for, validate_spec
 from app.jobs import service
-from app.jobs.dispatch import dispatch
+from app.jobs.dispatch import dispatch, dispatch_generation
 from app.jobs.events import after_batch
 from app.models import Collection, Job, RankingEntry, System
 from app.rubrics.editing import EditResult
@@ -50,6 +52,7 @@ def launch_grading(
     kind: str = "grade",
     batch_cells: int = service.BATCH_CELLS,
 ) -> Job:
+    validate_spec(spec)  # before planning: the plan reads the spec's prompt class
     cells = plan_for(session, collection, spec, rubric_version, scope)
     return service.launch(
         session,
@@ -87,17 +90,39 @@ def start(job_id: int) -> None:
     """Hand the job's queued batches to the workers (or announce an empty job).
 
     Runs as the after-commit hook that ``service.launch`` registers, so a worker never looks for a
-    batch that is not committed yet.
+    batch that is not committed yet. A broker that refuses is recorded on the job, never raised:
+    the launch is committed, and the sweep delivers it later.
     """
     with session_scope() as session:
         batch_ids = service.queued_batches(session, job_id)
         job = session.get_one(Job, job_id)
-        if not batch_ids:
+        if not batch_ids and job.kind != "generate":
             after_batch(session, job)
-    dispatch(batch_ids)
+    deliver(batch_ids)
 
 
-__all__ = ["collection_grader", "launch_after_edit", "launch_grading", "start", "system_scope"]
+def deliver(batch_ids: Sequence[int]) -> bool:
+    """Send batches to the workers; on failure mark their jobs undelivered (the sweep retries them)."""
+    if not batch_ids:
+        return True
+    with session_scope() as session:
+        delivery = service.delivery_for(session, batch_ids)
+    try:
+        dispatch(delivery.grading)
+        for job_id in delivery.drafting_jobs:
+            dispatch_generation(job_id)
+    except Exception:  # noqa: BLE001  any broker failure; the job row says so and the sweep retries
+        log.warning("no worker reachable for jobs %s; the sweep retries", delivery.job_ids, exc_info=True)
+        with session_scope() as session:
+            service.mark_delivery(session, delivery.job_ids, delivered=False)
+        return False
+    with session_scope() as session:
+        service.mark_delivery(session, delivery.job_ids, delivered=True)
+    return True
+
+
+__all__ = ["collection_grader", "deliver", "launch_after_edit", "launch_grading", "start", "system_scope"]
+log = logging.getLogger(__name__)
 
 
 def wait_until_finished(job_id: int, poll: float = 0.1) -> str:
@@ -110,9 +135,27 @@ def wait_until_finished(job_id: int, poll: float = 0.1) -> str:
         time.sleep(poll)
 
 
-def sweep_orphans(stale_after: float) -> list[int]:
-    """Requeue the batches of live jobs whose worker vanished, and hand them to the workers again."""
+def sweep_orphans(stale_after: float | None = None) -> list[int]:
+    """Requeue the batches of live jobs whose worker vanished, and retry deliveries a broker refused.
+
+    In embedded mode the worker's queue lives in this process, so queued batches it does not
+    hold (a restarted web process) are handed to it too. Returns the batches (re)delivered.
+    """
+    stale = get_settings().job_stale_seconds if stale_after is None else stale_after
     with session_scope() as session:
-        requeued = service.orphaned_batches(session, stale_after)
-    dispatch(requeued)
-    return requeued
+        requeued = service.orphaned_batches(session, stale)
+        embedded = get_settings().redis_url is None
+        waiting = service.queued_of_live_jobs(session, only_undelivered=not embedded)
+        if embedded:
+            waiting = _not_held_by_embedded_worker(service.delivery_for(session, waiting))
+    batches = list(dict.fromkeys([*requeued, *waiting]))
+    deliver(batches)
+    return batches
+
+
+def _not_held_by_embedded_worker(delivery: service.Delivery) -> list[int]:
+    from app.jobs.embedded import embedded_worker
+
+    worker, url = embedded_worker(), get_settings().database_url
+    lost = [b for b in delivery.grading if not worker.holds(url, "batch", b)]
+    return lost + [b for b, job_id in delivery.drafting.items() if not worker.holds(url, "job", job_id)]

@@ -3,28 +3,43 @@
 The same ``execute_batch`` runs in a Celery worker (``worker/``) and in the embedded worker
 (``app/jobs/embedded.py``). Writes are upserts on natural keys, so a redelivered batch is harmless.
 Services never commit, except the batch runner, which owns its transactions as a task must.
+
+Liveness: a running batch is stamped by a heartbeat thread every ``job_heartbeat_seconds``, and the
+sweep requeues one whose stamp is older than ``job_stale_seconds``; a claim is one conditional
+UPDATE, so a redelivered message never grades a batch that another live worker holds; a batch
+claimed more than ``job_max_claims`` times is failed. Model calls run with no open transaction.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import partial
 from datetime import UTC, datetime, timedelta
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import Engine, and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from app.collections.revision import upsert_grades
-from app.db import after_commit
-from app.grading.engine import Cell, GradingReport, cached_keys, ensure_method_grader, grade_batch
+from app.config import get_settings
+from app.db import after_commit, session_scope
+from app.grading.engine import (
+    Cell,
+    GradingReport,
+    cached_keys,
+    compute_batch,
+    ensure_method_grader,
+    prepare_batch,
+    store_batch,
+)
 from app.grading.methods import GradingMethod, cache_key
 from app.grading.prompts import CellInput
-from app.grading.service import GraderSpec, build_method
-from app.jobs.dispatch import dispatch_generation
+from app.grading.service import GraderSpec, build_method, public_error, validate_generator, validate_spec
 from app.models import DIRECT_ITEM, BankItem, Collection, Job, JobBatch, Passage, PoolEntry, Query
 from app.models.base import utcnow
 from app.sqlutil import chunks
@@ -32,6 +47,9 @@ from app.sqlutil import chunks
 BATCH_CELLS = 32
 MAX_ATTEMPTS = 3
 ACTIVE = ("queued", "running")
+# Job.message while its batches wait for a broker that refused them; the sweep retries those.
+UNDELIVERED = "queued; no worker reachable, retrying"
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +74,7 @@ class Estimate:
 
 def estimate(session: Session, spec: GraderSpec, cells: Sequence[Cell], prices: dict[str, Any]) -> Estimate:
     """Split the cells into cached and new without loading any model, and price the new ones."""
+    validate_spec(spec)
     method = build_method(spec)
     keys = [cache_key(method, c.input) for c in cells]
     known = cached_keys(session, keys)
@@ -100,6 +119,7 @@ def launch(
     batch_cells: int = BATCH_CELLS,
 ) -> Job:
     """A job row and its batches, handed to the workers once the caller's transaction commits."""
+    validate_spec(spec)
     job = Job(
         collection_id=collection.id,
         kind=kind,
@@ -141,18 +161,73 @@ def cancel(session: Session, job: Job) -> None:
 
 
 def orphaned_batches(session: Session, stale_after: float) -> list[int]:
-    """Batches of live jobs whose worker vanished (heartbeat older than ``stale_after`` s) → requeued."""
+    """Running batches of live jobs whose heartbeat is older than ``stale_after`` s → queued again.
+
+    Only running batches: a queued one is waiting in the broker (or was never delivered, which
+    ``undelivered_batches`` covers), and requeueing it would only duplicate its message.
+    """
     cutoff = datetime.now(UTC) - timedelta(seconds=stale_after)
     stale = list(
         session.scalars(
             select(JobBatch.id)
             .join(Job, Job.id == JobBatch.job_pk)
-            .where(Job.state.in_(ACTIVE), JobBatch.state.in_(ACTIVE), JobBatch.heartbeat_at < cutoff)
+            .where(Job.state.in_(ACTIVE), JobBatch.state == "running", JobBatch.heartbeat_at < cutoff)
         )
     )
     if stale:
-        session.execute(update(JobBatch).where(JobBatch.id.in_(stale)).values(state="queued", heartbeat_at=utcnow()))
+        session.execute(
+            update(JobBatch)
+            .where(JobBatch.id.in_(stale), JobBatch.state == "running", JobBatch.heartbeat_at < cutoff)
+            .values(state="queued", heartbeat_at=utcnow())
+            .execution_options(synchronize_session=False)
+        )
     return stale
+
+
+def queued_of_live_jobs(session: Session, only_undelivered: bool) -> list[int]:
+    """Queued batches of live jobs; with ``only_undelivered``, those of jobs the broker refused."""
+    query = (
+        select(JobBatch.id)
+        .join(Job, Job.id == JobBatch.job_pk)
+        .where(Job.state.in_(ACTIVE), JobBatch.state == "queued")
+        .order_by(JobBatch.id)
+    )
+    if only_undelivered:
+        query = query.where(Job.message == UNDELIVERED)
+    return list(session.scalars(query))
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """Batches sorted by what runs them: grading batches, and drafting jobs (one batch each)."""
+
+    grading: list[int]
+    drafting: dict[int, int]  # batch id → its drafting job
+    job_ids: list[int]
+
+    @property
+    def drafting_jobs(self) -> list[int]:
+        return sorted(set(self.drafting.values()))
+
+
+def delivery_for(session: Session, batch_ids: Sequence[int]) -> Delivery:
+    rows = session.execute(
+        select(JobBatch.id, Job.id, Job.kind).join(Job, Job.id == JobBatch.job_pk).where(JobBatch.id.in_(batch_ids))
+    ).all()
+    grading = [b for b, _, kind in rows if kind != "generate"]
+    drafting = {b: j for b, j, kind in rows if kind == "generate"}
+    return Delivery(grading, drafting, sorted({j for _, j, _ in rows}))
+
+
+def mark_delivery(session: Session, job_ids: Sequence[int], delivered: bool) -> None:
+    """Record on live jobs whether their batches reached a worker (the sweep retries those that did not)."""
+    if not job_ids:
+        return
+    live = update(Job).where(Job.id.in_(job_ids), Job.state.in_(ACTIVE)).execution_options(synchronize_session=False)
+    if delivered:
+        session.execute(live.where(Job.message == UNDELIVERED).values(message=""))
+    else:
+        session.execute(live.where(Job.message != UNDELIVERED).values(message=UNDELIVERED))
 
 
 # ---- running a batch (worker side) ------------------------------------------------------------
@@ -205,19 +280,81 @@ def cells_for(session: Session, job: Job, pairs: Sequence[Sequence[Any]]) -> lis
     return cells
 
 
-def _claim(session: Session, batch_id: int) -> tuple[Job, JobBatch] | None:
+def _claim(session: Session, batch_id: int) -> JobBatch | None:
+    """Take a batch: a queued one, or a running one whose worker stopped heartbeating.
+
+    One conditional UPDATE, so of two deliveries of the same batch (a sweep's and the broker's
+    redelivery of a dead worker's message) only one grades it; the other is skipped here.
+    """
     batch = session.get(JobBatch, batch_id)
-    if batch is None or batch.state in ("done", "cancelled", "failed"):
+    if batch is None or batch.state not in ACTIVE:
         return None
     job = session.get_one(Job, batch.job_pk)
     if job.state == "cancelled":
         batch.state = "cancelled"
         return None
-    batch.state, batch.heartbeat_at = "running", utcnow()
-    batch.attempts += 1
+    cutoff = datetime.now(UTC) - timedelta(seconds=get_settings().job_stale_seconds)
+    claimable = or_(JobBatch.state == "queued", and_(JobBatch.state == "running", JobBatch.heartbeat_at < cutoff))
+    claimed = session.execute(
+        update(JobBatch)
+        .where(JobBatch.id == batch_id, claimable)
+        .values(state="running", heartbeat_at=utcnow(), attempts=JobBatch.attempts + 1)
+        .execution_options(synchronize_session=False)
+    )
+    if claimed.rowcount != 1:  # type: ignore[attr-defined]
+        return None
+    session.refresh(batch)
     if job.state == "queued":
         job.state, job.started_at = "running", utcnow()
-    return job, batch
+    return batch
+
+
+@contextmanager
+def heartbeat(session: Session, batch_id: int) -> Iterator[None]:
+    """While the body runs, a thread stamps the batch every ``job_heartbeat_seconds`` in its own short
+    transactions, so the sweep tells a dead worker from a long batch whatever the batch length."""
+    engine = session.get_bind()
+    assert isinstance(engine, Engine)
+    interval = get_settings().job_heartbeat_seconds
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(interval):
+            try:
+                with session_scope(engine) as own:
+                    own.execute(
+                        update(JobBatch)
+                        .where(JobBatch.id == batch_id, JobBatch.state == "running")
+                        .values(heartbeat_at=utcnow())
+                    )
+            except Exception:  # noqa: BLE001  a missed beat is retried; the sweep tolerates a few
+                log.warning("heartbeat of batch %s failed", batch_id, exc_info=True)
+
+    thread = threading.Thread(target=beat, name=f"heartbeat-{batch_id}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def _give_up(session: Session, batch: JobBatch, error: str) -> Job:
+    """Fail a batch that cannot run at all (no grade rows: there may be no grader to file them under)."""
+    batch.state, batch.error, batch.errors = "failed", error, len(batch.cells)
+    job = session.get_one(Job, batch.job_pk)
+    job.message = f"batch {batch.number}: {error}"
+    session.commit()
+    job = refresh_job(session, job.id)
+    session.commit()
+    return job
+
+
+def _claims_exhausted(batch: JobBatch) -> str | None:
+    limit = get_settings().job_max_claims
+    if batch.attempts <= limit:
+        return None
+    return f"gave up after {limit} claims: the worker stopped each time (killed, or out of memory?)"
 
 
 def _record(batch: JobBatch, report: GradingReport, seconds: float) -> None:
@@ -264,27 +401,37 @@ def refresh_job(session: Session, job_id: int) -> Job:
 
 
 def execute_batch(session: Session, batch_id: int, backoff: float = 1.0) -> Job | None:
-    """Grade one batch: claim it, grade with retries and backoff, record. Commits (it is a task)."""
-    claimed = _claim(session, batch_id)
+    """Grade one batch: claim it, grade with retries and backoff, record. Commits (it is a task).
+
+    A batch claimed too often, or whose grader cannot be built, is failed with the reason shown.
+    """
+    batch = _claim(session, batch_id)
     session.commit()
-    if claimed is None:
+    if batch is None:
         return None
-    job, batch = claimed
-    method = method_for(GraderSpec.from_dict(job.params["grader"]))
+    job = session.get_one(Job, batch.job_pk)
+    spec = GraderSpec.from_dict(job.params["grader"])
+    exhausted = _claims_exhausted(batch)
+    if exhausted:
+        return _give_up(session, batch, exhausted)
+    try:
+        validate_spec(spec)  # a clear reason for a spec stored before validation, or edited since
+        method = method_for(spec)
+    except Exception as error:  # noqa: BLE001  shown on the job; the details go to the log
+        log.exception("batch %s: building the grader failed", batch_id)
+        return _give_up(session, batch, f"the grader cannot be built: {public_error(spec, error)}")
     for attempt in range(MAX_ATTEMPTS):
         try:
-            cells = cells_for(session, job, batch.cells)
-            start = time.perf_counter()
-            report = grade_batch(session, method, ensure_method_grader(session, method), cells)
-            _record(batch, report, time.perf_counter() - start)
+            _grade(session, job, batch, method)
             break
         except Exception as error:  # noqa: BLE001  any failure is retried, then recorded per cell
+            log.warning("batch %s, attempt %s failed", batch_id, attempt + 1, exc_info=True)
             session.rollback()
             session.info.pop("grader_pks", None)  # primary keys cached by ensure_grader were rolled back
             batch = session.get_one(JobBatch, batch_id)
             job = session.get_one(Job, batch.job_pk)
             if attempt == MAX_ATTEMPTS - 1:
-                _fail(session, job, batch, method, f"{type(error).__name__}: {error}")
+                _fail(session, job, batch, method, public_error(spec, error))
             else:
                 batch.heartbeat_at = utcnow()
                 session.commit()
@@ -293,6 +440,18 @@ def execute_batch(session: Session, batch_id: int, backoff: float = 1.0) -> Job 
     job = refresh_job(session, batch.job_pk)
     session.commit()
     return job
+
+
+def _grade(session: Session, job: Job, batch: JobBatch, method: GradingMethod) -> None:
+    """Read, commit, call the model under a heartbeat, then write: no transaction spans the model calls."""
+    prepared = prepare_batch(session, method, cells_for(session, job, batch.cells))
+    session.commit()  # ends the read; writers (cancel, overrides) never wait on the model
+    start = time.perf_counter()
+    with heartbeat(session, batch.id):
+        computed = compute_batch(method, prepared)
+    seconds = time.perf_counter() - start
+    report = store_batch(session, ensure_method_grader(session, method), prepared, computed)
+    _record(batch, report, seconds)
 
 
 # ---- test-bank drafting jobs ------------------------------------------------------------------
@@ -308,7 +467,12 @@ def launch_generation(
     query_ids: list[str],
     launched_by: str,
 ) -> Job:
-    """A job that drafts items with an LLM into a draft rubric version (one unit of work per query)."""
+    """A job that drafts items with an LLM into a draft rubric version.
+
+    Its one batch (no cells) carries the claim, the heartbeat and the attempts, so the sweep
+    recovers a drafting job whose worker died exactly as it recovers a grading batch.
+    """
+    validate_generator(spec)
     job = Job(
         collection_id=collection.id,
         kind="generate",
@@ -318,39 +482,55 @@ def launch_generation(
     )
     session.add(job)
     session.flush()
-    after_commit(session, partial(dispatch_generation, job.id))
+    session.add(JobBatch(job_pk=job.id, number=0, cells=[]))
+    session.flush()
+    after_commit(session, partial(_start, job.id))
     return job
 
 
 def execute_generation(session: Session, job_id: int) -> Job:
     """Run a drafting job (commits, as a task does); failures are recorded per query in the message."""
-    from app.grading.service import build_backend
-    from app.rubrics.generation import draft_bank
-
     job = session.get_one(Job, job_id)
-    if job.state != "queued":
-        return job
-    job.state, job.started_at = "running", utcnow()
+    batch_id = session.scalar(select(JobBatch.id).where(JobBatch.job_pk == job_id))
+    batch = _claim(session, batch_id) if batch_id is not None else None
     session.commit()
-    params = job.params
+    if batch is None:
+        return job
+    spec = GraderSpec.from_dict(job.params["grader"])
+    exhausted = _claims_exhausted(batch)
+    if exhausted:
+        return _give_up(session, batch, exhausted)
     try:
-        report = draft_bank(
-            session,
-            session.get_one(Collection, job.collection_id),
-            build_backend(GraderSpec.from_dict(params["grader"])),
-            kind=params["kind"],
-            style=params["style"],
-            query_ids=params["query_ids"],
-            created_by=job.launched_by,
-        )
-        job.done, job.errors = job.total - len(report.failures), len(report.failures)
-        job.message = f"draft version {report.version_number}: {report.items} items" if report.version_number else ""
-        job.message += "".join(f"; {q}: {why}" for q, why in report.failures.items())
-        job.state = "done" if report.version_number else "failed"
+        with heartbeat(session, batch.id):
+            _draft(session, job, spec)
+        batch.state = "done" if job.state == "done" else "failed"
     except Exception as error:  # noqa: BLE001  the job row says what went wrong
+        log.exception("drafting job %s failed", job_id)
         session.rollback()
-        job = session.get_one(Job, job_id)
-        job.state, job.message = "failed", f"{type(error).__name__}: {error}"
+        job, batch = session.get_one(Job, job_id), session.get_one(JobBatch, batch.id)
+        job.state, job.message = "failed", public_error(spec, error)
+        batch.state, batch.error = "failed", job.message
     job.finished_at = utcnow()
     session.commit()
     return job
+
+
+def _draft(session: Session, job: Job, spec: GraderSpec) -> None:
+    """Draft into a new version; ``draft_bank`` reads, calls the model, then writes, all uncommitted here."""
+    from app.grading.service import build_backend
+    from app.rubrics.generation import draft_bank
+
+    params = job.params
+    report = draft_bank(
+        session,
+        session.get_one(Collection, job.collection_id),
+        build_backend(spec),
+        kind=params["kind"],
+        style=params["style"],
+        query_ids=params["query_ids"],
+        created_by=job.launched_by,
+    )
+    job.done, job.errors = job.total - len(report.failures), len(report.failures)
+    job.message = f"draft version {report.version_number}: {report.items} items" if report.version_number else ""
+    job.message += "".join(f"; {q}: {why}" for q, why in report.failures.items())
+    job.state = "done" if report.version_number else "failed"

@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 from app.collections import queries, snapshot
 from app.collections.queries import GraderRef
 from app.collections.service import official_leaderboard
+from app.errors import NotFound
 from app.evaluation.correlation import per_query_correlation, rank_correlation
 from app.evaluation.cover import OVERALL, cover_scores_of, cover_table
 from app.evaluation.formatting import Table, nan_to_none, reference_round, trec_eval_round
@@ -19,9 +20,9 @@ from app.evaluation.qrels import LabelRule, frame_qrels
 from app.evaluation.stats import bootstrap_ci
 from app.evaluation.trec import parse_measure, per_query_values, top_depth, trec_scores
 from app.evaluation.types import Correlation, GradedPool, Leaderboard, Qrels, SystemScore
+from app.leaderboards import params
+from app.leaderboards.params import COVER_MEASURES as COVER_MEASURES
 from app.models import Collection, RubricVersion
-
-COVER_MEASURES = {"cover": False, "n-cover": True}
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +38,20 @@ class LeaderboardRequest:
     bootstrap_samples: int = 1000
     bootstrap_seed: int = 42
     include_overrides: bool = False  # judges' grade overrides replace the grader's ratings
+
+
+def check_request(request: LeaderboardRequest, *, with_measure: bool = True) -> LeaderboardRequest:
+    """``request`` if every setting is within its bounds (app/leaderboards/params.py), else ``Invalid``."""
+    if with_measure:
+        params.check_measure(request.measure, min_rating=request.min_rating)
+    params.check_label(request.label)
+    if request.min_rating is not None:
+        params.bounded("min_rating", request.min_rating, params.MIN_RATING)
+    params.bounded("top_k", request.top_k, params.TOP_K)
+    if request.rubric_version is not None:
+        params.bounded("version", request.rubric_version, params.VERSION)
+    params.bounded("bootstrap_samples", request.bootstrap_samples, params.BOOTSTRAP)
+    return request
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +105,7 @@ def _version(session: Session, collection: Collection, number: int) -> RubricVer
         select(RubricVersion).where(RubricVersion.collection_id == collection.id, RubricVersion.number == number)
     )
     if version is None:
-        raise LookupError(f"collection {collection.name!r} has no rubric version {number}")
+        raise NotFound(f"collection {collection.name!r} has no rubric version {number}")
     return version
 
 

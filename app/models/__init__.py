@@ -1,5 +1,6 @@
 """ORM models; importing this package registers every table on ``Base.metadata``."""
 
+from app.models.auth import AuthSession, LoginThrottle
 from app.models.base import Base
 from app.models.collection import (
     Collection,
@@ -17,6 +18,8 @@ from app.models.review import ROLES, GradeOverride, ItemFlag, User
 from app.models.rubric import BankItem, RubricVersion, RubricVersionItem
 
 __all__ = [
+    "AuthSession",
+    "LoginThrottle",
     "DIRECT_ITEM",
     "BankItem",
     "Base",

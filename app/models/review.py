@@ -17,6 +17,8 @@ class User(Base):
 
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(100), unique=True)
+    # The case-folded name: unique, so "Alice" and "alice" cannot both exist (app.accounts.names).
+    name_key: Mapped[str] = mapped_column(String(120), unique=True)
     role: Mapped[str] = mapped_column(String(20))
     password_hash: Mapped[str] = mapped_column(String(200))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

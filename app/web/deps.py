@@ -2,21 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import secrets
-from collections.abc import Callable, Iterator
+import weakref
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from fastapi import Depends, HTTPException, Request, Response
 from jinja2_fragments.fastapi import Jinja2Blocks
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.accounts.service import has_role
+from app.accounts.sessions import user_for_token
 from app.db import session_factory
-from app.models import User
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 TEMPLATES = Jinja2Blocks(directory=str(Path(__file__).resolve().parents[2] / "templates"))
@@ -35,7 +37,32 @@ class CurrentUser:
         return has_role(self.role, role)
 
 
-def _unit_of_work() -> Iterator[Session]:
+# Requests that may hold a database session at once, per process. Each waits for a slot in the event
+# loop (holding no thread and no connection), so a burst of requests can never leave every worker
+# thread blocked on a pooled connection that another request, itself waiting for a thread, holds.
+# The engine's pool (``app.db.POOL_SIZE + POOL_OVERFLOW``) is larger, leaving room for the
+# background sweep and the embedded worker's threads.
+DB_REQUEST_SLOTS = 20
+_slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
+
+
+@asynccontextmanager
+async def db_slot() -> AsyncIterator[None]:
+    """Wait (asynchronously) for one of the process's request slots, then hold it for the block."""
+    loop = asyncio.get_running_loop()
+    slots = _slots.get(loop)
+    if slots is None:
+        slots = _slots[loop] = asyncio.Semaphore(DB_REQUEST_SLOTS)
+    async with slots:
+        yield
+
+
+async def _request_slot() -> AsyncIterator[None]:
+    async with db_slot():
+        yield
+
+
+def _unit_of_work(_: None = Depends(_request_slot, scope="function")) -> Iterator[Session]:
     """The request's transaction: committed when the route returns, rolled back when it raises.
 
     Routes and services never commit. Side effects that must follow the commit (enqueuing,
@@ -66,24 +93,32 @@ def csrf_token(request: Request) -> str:
 
 
 async def csrf_protect(request: Request) -> None:
-    """Every unsafe request carries the session's token: htmx in a header, forms in a field."""
+    """Every unsafe request carries the session's token: htmx in a header, forms in a field.
+
+    A multipart body (an upload) is never read here: its token comes in the header or in the
+    URL's ``csrf_token``, so a forged or anonymous upload is refused before its first byte.
+    """
     if request.method in SAFE_METHODS:
         return
     sent = request.headers.get("x-csrf-token")
-    if sent is None and request.headers.get("content-type", "").startswith(
-        ("application/x-www-form-urlencoded", "multipart/form-data")
-    ):
+    content_type = request.headers.get("content-type", "")
+    if sent is None and content_type.startswith("multipart/form-data"):
+        sent = request.query_params.get("csrf_token")
+    elif sent is None and content_type.startswith("application/x-www-form-urlencoded"):
         sent = str((await request.form()).get("csrf_token") or "")
     expected = request.session.get("csrf")
     if not expected or not sent or not hmac.compare_digest(str(sent), str(expected)):
         raise HTTPException(status_code=403, detail="CSRF token missing or wrong; reload the page and try again")
 
 
+# The cookie's key for the server-side session token (app.accounts.sessions).
+SESSION_KEY = "sid"
+
+
 def optional_user(request: Request, session: Session = db) -> CurrentUser | None:
-    name = request.session.get("user")
-    if not name:
-        return None
-    user = session.scalar(select(User).where(User.name == name))
+    """The user of a live server-side session, checked on every request: a cookie whose session
+    was ended (sign-out, password change) or never existed (forged) is nobody."""
+    user = user_for_token(session, request.session.get(SESSION_KEY))
     return CurrentUser(user.name, user.role) if user else None
 
 

@@ -14,6 +14,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from markupsafe import escape
 from sqlalchemy.exc import OperationalError
 
+from app.db import is_busy
 from app.errors import DomainError, TooMany
 from app.web.deps import LoginRequired, is_htmx, render
 
@@ -65,7 +66,6 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(OperationalError)
     def database_busy(request: Request, error: OperationalError) -> Response:
         # Only a lock or a lost connection is the database's state; any other OperationalError is a bug.
-        text = str(error.orig).lower()
-        if "locked" in text or "busy" in text or "connection" in text or "timeout" in text:
+        if is_busy(error):
             return error_response(request, 503, "the database is busy; try again in a moment", {"Retry-After": "2"})
         raise error

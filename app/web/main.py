@@ -16,9 +16,10 @@ from fastapi import Depends, FastAPI
 from fastapi.staticfiles import StaticFiles
 from starlette.middleware.sessions import SessionMiddleware
 
+from app.accounts.secret import session_secret
 from app.config import get_settings
 from app.jobs.launch import sweep_orphans
-from app.web import errors
+from app.web import errors, security, uploads
 from app.web.deps import csrf_protect
 from app.web.routes import analysis, auth, collections, jobs, rubric
 
@@ -57,19 +58,22 @@ def create_app() -> FastAPI:
     )
     app.add_middleware(
         SessionMiddleware,
-        secret_key=settings.secret_key,
+        secret_key=session_secret(settings),  # configured, or generated once into a 0600 file
+        max_age=settings.session_max_age_seconds,
         session_cookie="rubric_session",
         same_site="lax",
         https_only=settings.secure_cookies,
     )
+    app.add_middleware(uploads.BodyLimit)  # bounds every request body while it streams
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     for module in (auth, collections, rubric, analysis, jobs):
         app.include_router(module.router)
 
     @app.get("/healthz", include_in_schema=False)
-    def healthz() -> dict[str, str]:
+    async def healthz() -> dict[str, str]:  # on the event loop: it answers even when every thread is busy
         return {"status": "ok"}
 
     errors.install(app)
+    security.install(app)
     return app
 

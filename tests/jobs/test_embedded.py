@@ -107,14 +107,13 @@ def test_a_failing_batch_is_retried_then_recorded_per_cell(sample_db: Database) 
         from app.jobs.launch import launch_grading
 
         job = launch_grading(session, get_collection(session, "sample"), broken, batch_cells=100)
-        session.commit()
-        batch_id = session.scalars(select(JobBatch.id).where(JobBatch.job_pk == job.id)).one()
-    with session_scope() as session:
-        finished = service.execute_batch(session, batch_id, backoff=0.01)
-        assert finished is not None and finished.state == "failed"
+        session.commit()  # the after-commit hook hands the batch to the embedded worker
+        job_id = job.id
+    assert wait_job(sample_db, job_id, 120).state == "failed"
     with sample_db.session() as session:
-        batch = session.get_one(JobBatch, batch_id)
+        batch = session.scalars(select(JobBatch).where(JobBatch.job_pk == job_id)).one()
         assert batch.attempts == 1 and batch.state == "failed" and batch.errors == 72
+        assert "OSError" in (batch.error or "") and "details in the worker log" in (batch.error or "")
         errors = session.scalars(select(Grade.error)).all()
     assert len(errors) == 72 and all(e for e in errors)
 

@@ -17,7 +17,7 @@ from tests.conftest import Database
 from tests.grading.conftest import import_sample
 from tests.jobs.helpers import launch, wait_job
 
-PASSWORDS = {"viewer": "viewer-pass-1", "judge": "judge-pass-1", "organizer": "organizer-pass-1"}
+PASSWORDS = {"viewer": "reads-the-grid-1", "judge": "grades-cells-2", "organizer": "runs-the-show-3"}
 
 
 @pytest.fixture

@@ -25,16 +25,18 @@ ROUTES: list[tuple[str, str, str | None, dict[str, str]]] = [
     ("POST", "/login", None, {}),
     ("POST", "/logout", None, {}),
     ("GET", "/healthz", None, {}),
+    ("GET", "/account", "viewer", {}),
+    ("POST", "/account/password", "viewer", {"current_password": "wrong-one-here", "new_password": "x"}),
     ("GET", "/users", "organizer", {}),
     ("POST", "/users", "organizer", {"name": "newbie", "role": "viewer", "password": "a-long-password"}),
     ("POST", "/collections/import", "organizer", {"name": "sample"}),
     ("GET", "/c/{name}", "viewer", {}),
-    ("GET", "/c/{name}/rubric/{query_id}", "viewer", {}),
-    ("POST", "/c/{name}/rubric/{query_id}/save", "judge", {"action": "add", "text": "Do bees sleep?"}),
+    ("GET", "/c/{name}/rubric/{query_id:any}", "viewer", {}),
+    ("POST", "/c/{name}/rubric/{query_id:any}/save", "judge", {"action": "add", "text": "Do bees sleep?"}),
     ("POST", "/c/{name}/drafts/{number}/accept", "judge", {}),
     ("GET", "/c/{name}/history", "viewer", {}),
     ("POST", "/c/{name}/revert/{number}", "judge", {}),
-    ("GET", "/c/{name}/grid/{query_id}", "viewer", {}),
+    ("GET", "/c/{name}/grid/{query_id:any}", "viewer", {}),
     ("POST", "/c/{name}/override", "judge", {"pool_entry": "1", "item_id": "ITEM", "rating": "5"}),
     ("POST", "/c/{name}/flag", "judge", {"item_id": "ITEM"}),
     ("GET", "/c/{name}/leaderboard", "viewer", {}),
@@ -55,7 +57,7 @@ VALUES = {"name": "sample", "query_id": Q, "number": "1", "fmt": "json", "view":
 
 
 def _url(template: str, item_id: str) -> str:
-    return re.sub(r"\{(\w+)\}", lambda m: VALUES[m.group(1)], template)
+    return re.sub(r"\{(\w+)(?::\w+)?\}", lambda m: VALUES[m.group(1)], template)
 
 
 def _api_routes() -> list[APIRoute]:

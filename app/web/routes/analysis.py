@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
-from fastapi import APIRouter, Depends, HTTPException, Request
-from fastapi.responses import PlainTextResponse, Response, StreamingResponse
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import PlainTextResponse, Response
 from scipy.stats import kendalltau
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -17,17 +17,21 @@ from app.agreement.service import as_table, build_agreement_tables
 from app.collections import queries, snapshot
 from app.collections.queries import GraderRef, GraderSelectionError
 from app.collections.service import official_leaderboard
+from app.db import session_scope
 from app.evaluation.agreement import Confusion
 from app.evaluation.correlation import MissingSystemsError, rank_correlation, scores_to_ranks
 from app.evaluation.cover import OVERALL
 from app.evaluation.formatting import render_tables
 from app.evaluation.types import PassageGrade
-from app.events import listen
+from app.events import open_event_stream
+from app.leaderboards import params as bounds
+from app.leaderboards.params import bounded_int
 from app.leaderboards.service import (
     COVER_MEASURES,
     EvaluationData,
     LeaderboardRequest,
     build_leaderboard,
+    check_request,
     compute_leaderboard,
     evaluation_data,
     leaderboard_json,
@@ -41,8 +45,9 @@ from app.models import Collection, RubricVersion
 from app.oversight.service import bad_questions_table, uncovered_table, verify_grading_table
 from app.rubrics.service import latest_version
 from app.web import charts
-from app.web.deps import CurrentUser, db, is_htmx, render, require
+from app.web.deps import CurrentUser, db, db_slot, is_htmx, optional_user, render, require
 from app.web.routes.collections import get_or_404
+from app.web.security import content_disposition
 
 router = APIRouter()
 MEASURES = ("cover", "n-cover", "P@20", "NDCG@10", "MAP", "RR", "R-prec", "Recall@100")
@@ -66,15 +71,18 @@ def _grader(session: Session, collection: Collection, grader_id: int | None) -> 
 
 
 def _request(session: Session, collection: Collection, params: dict[str, Any]) -> tuple[LeaderboardRequest, GraderRef]:
-    grader = _grader(session, collection, _int(params.get("grader")))
-    version = _int(params.get("version"))
+    grader_id = bounded_int(params, "grader", bounds.ID)
+    version = bounded_int(params, "version", bounds.VERSION)
+    min_rating = bounded_int(params, "min_rating", bounds.MIN_RATING, 4)
+    top_k = bounded_int(params, "top_k", bounds.TOP_K, 20) or 20
+    grader = _grader(session, collection, grader_id)
     if version is None and grader.prompt_type != "direct_grading":
         latest = latest_version(session, collection)
         version = latest.number if latest else None
     request = LeaderboardRequest(
         measure=str(params.get("measure") or "cover"),
-        min_rating=_int(params.get("min_rating"), 4),
-        top_k=_int(params.get("top_k"), 20) or 20,
+        min_rating=min_rating,
+        top_k=top_k,
         label=str(params.get("label") or "max"),
         model=grader.model,
         prompt_class=grader.prompt_class,
@@ -82,14 +90,7 @@ def _request(session: Session, collection: Collection, params: dict[str, Any]) -
         include_overrides=params.get("overrides") in ("1", "on", "true"),
         bootstrap_samples=1000,
     )
-    return request, grader
-
-
-def _int(value: Any, default: int | None = None) -> int | None:
-    try:
-        return int(value) if value not in (None, "") else default
-    except (TypeError, ValueError):
-        raise HTTPException(400, f"not a number: {value!r}") from None
+    return check_request(request), grader
 
 
 def board_view(session: Session, collection: Collection, params: dict[str, Any]) -> dict[str, Any]:
@@ -153,7 +154,7 @@ def _choices(session: Session, collection: Collection) -> dict[str, Any]:
     }
 
 
-@router.get("/c/{name}/leaderboard")
+@router.get("/c/{name}/leaderboard", name="leaderboard_page")
 def leaderboard_page(
     name: str, request: Request, user: CurrentUser = Depends(require("viewer")), session: Session = db
 ) -> Response:
@@ -169,7 +170,7 @@ def leaderboard_page(
     return render(request, "leaderboard.html", context, block="board" if is_htmx(request) else None)
 
 
-@router.get("/c/{name}/leaderboard.{fmt}")
+@router.get("/c/{name}/leaderboard.{fmt}", name="leaderboard_export")
 def leaderboard_export(
     name: str,
     fmt: str,
@@ -188,7 +189,7 @@ def leaderboard_export(
     return PlainTextResponse(render_tables([leaderboard_table(board)], formats[fmt]))  # type: ignore[arg-type]
 
 
-@router.get("/c/{name}/qrels")
+@router.get("/c/{name}/qrels", name="qrels_export")
 def qrels_export(
     name: str, request: Request, user: CurrentUser = Depends(require("viewer")), session: Session = db
 ) -> Response:
@@ -197,16 +198,20 @@ def qrels_export(
     data = evaluation_data(session, collection, lb_request)
     qrels = qrels_for(data, lb_request)
     lines = [f"{q} 0 {p} {label}\n" for q, docs in sorted(qrels.items()) for p, label in sorted(docs.items())]
-    return PlainTextResponse("".join(lines), headers={"Content-Disposition": f'attachment; filename="{name}.qrels"'})
+    return PlainTextResponse("".join(lines), headers={"Content-Disposition": content_disposition(f"{name}.qrels")})
 
 
-@router.get("/c/{name}/compare")
+@router.get("/c/{name}/compare", name="compare_page")
 def compare_page(
     name: str, request: Request, user: CurrentUser = Depends(require("viewer")), session: Session = db
 ) -> Response:
     """Two leaderboards (rubric versions or graders) side by side: rank changes and Kendall τ between them."""
-    collection = get_or_404(session, name)
     params = dict(request.query_params)
+    for key, limits in (("a_version", bounds.VERSION), ("b_version", bounds.VERSION)):
+        bounded_int(params, key, limits)
+    for key in ("a_grader", "b_grader"):
+        bounded_int(params, key, bounds.ID)
+    collection = get_or_404(session, name)
     left = board_view(
         session, collection, {**params, "version": params.get("a_version"), "grader": params.get("a_grader")}
     )
@@ -356,13 +361,13 @@ def _table_view(table: Any, raw: Any) -> dict[str, Any]:
     }
 
 
-@router.get("/c/{name}/agreement")
+@router.get("/c/{name}/agreement", name="agreement_page")
 def agreement_page(
     name: str,
     request: Request,
-    min_answers: int = 1,
-    min_judgment: int = 2,
-    grader: int | None = None,
+    min_answers: int = Query(1, ge=bounds.MIN_ANSWERS[0], le=bounds.MIN_ANSWERS[1]),
+    min_judgment: int = Query(2, ge=bounds.MIN_JUDGMENT_RANGE[0], le=bounds.MIN_JUDGMENT_RANGE[1]),
+    grader: int | None = Query(None, ge=bounds.ID[0], le=bounds.ID[1]),
     user: CurrentUser = Depends(require("viewer")),
     session: Session = db,
 ) -> Response:
@@ -416,14 +421,14 @@ def question_impact(
     return sorted(rows, key=lambda r: r["tau"] if r["tau"] == r["tau"] else 1.0)
 
 
-@router.get("/c/{name}/oversight/{view}")
+@router.get("/c/{name}/oversight/{view}", name="oversight_page")
 def oversight_page(
     name: str,
     view: str,
     request: Request,
-    min_rating: int = 4,
-    min_judgment: int = 2,
-    grader: int | None = None,
+    min_rating: int = Query(4, ge=bounds.MIN_RATING[0], le=bounds.MIN_RATING[1]),
+    min_judgment: int = Query(2, ge=bounds.MIN_JUDGMENT_RANGE[0], le=bounds.MIN_JUDGMENT_RANGE[1]),
+    grader: int | None = Query(None, ge=bounds.ID[0], le=bounds.ID[1]),
     user: CurrentUser = Depends(require("viewer")),
     session: Session = db,
 ) -> Response:
@@ -475,18 +480,22 @@ def oversight_page(
 # ---- live events ----------------------------------------------------------------------------
 
 
-@router.get("/c/{name}/events")
-def events(name: str, user: CurrentUser = Depends(require("viewer")), session: Session = db) -> Response:
-    """Server-Sent Events: ``job`` progress and ``leaderboard`` updates of this collection."""
-    collection_id = get_or_404(session, name).id
-    session.close()
+@router.get("/c/{name}/events", name="events")
+async def events(name: str, request: Request) -> Response:
+    """Server-Sent Events: ``job`` progress and ``leaderboard`` updates of this collection.
 
-    def stream() -> Iterator[str]:
-        yield "retry: 2000\n\n"
-        for event in listen(collection_id):
-            if event is None:
-                yield ": keep-alive\n\n"
-            else:
-                yield f"event: {event['type']}\ndata: {json.dumps(event)}\n\n"
+    The viewer check and the collection are resolved before streaming, in ONE worker-thread call
+    with its own short session: sync ``db``/``require`` dependencies would hold a pooled
+    connection while waiting for the next thread, and a burst of stream openings (every tab
+    reconnecting after a restart) then deadlocks the pool. The stream itself is async and
+    touches no database. Past the user's ``max_streams_per_user`` streams: 429 before streaming.
+    """
 
-    return StreamingResponse(stream(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+    def owner_and_collection() -> tuple[str, int]:
+        with session_scope() as session:
+            user = require("viewer")(optional_user(request, session))
+            return user.name, get_or_404(session, name).id
+
+    async with db_slot():  # the same request slots as every other route: no thread waits for a connection
+        user, collection_id = await run_in_threadpool(owner_and_collection)
+    return open_event_stream(collection_id, user)

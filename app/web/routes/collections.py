@@ -6,18 +6,22 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from fastapi import APIRouter, Depends, File, Form, Request, UploadFile
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import RedirectResponse, Response
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
 
 from app.collections import service
 from app.collections.errors import CollectionNotFound, ImportFormatError
-from app.collections.importing import ImportFiles, import_files
+from app.collections.importing import ImportFiles, import_into
 from app.collections.queries import collection_summaries, describe_grader, graders_of
+from app.errors import DomainError, Invalid
 from app.models import Collection, Grade, Job, Judgment, PoolEntry, Query, RubricVersion, System
 from app.rubrics.service import latest_version
 from app.web.deps import CurrentUser, db, render, require
+from app.web.security import path_for
+from app.web.uploads import receive_form
 
 router = APIRouter()
 
@@ -31,7 +35,7 @@ def get_or_404(session: Session, name: str) -> Collection:
         raise HTTPException(404, str(error)) from None
 
 
-@router.get("/")
+@router.get("/", name="collections_page")
 def collections_page(
     request: Request, user: CurrentUser = Depends(require("viewer")), session: Session = db
 ) -> Response:
@@ -42,53 +46,50 @@ def _summaries(session: Session) -> list[dict[str, Any]]:
     return [{"name": n, "queries": q, "passages": p, "systems": s} for n, q, p, s in collection_summaries(session)]
 
 
-@router.post("/collections/import")
+@router.post("/collections/import", name="import_collection")
 async def import_collection(
-    request: Request,
-    name: str = Form(...),
-    passages: list[UploadFile] = File(default=[]),
-    queries: list[UploadFile] = File(default=[]),
-    bank: list[UploadFile] = File(default=[]),
-    runs: list[UploadFile] = File(default=[]),
-    qrels: list[UploadFile] = File(default=[]),
-    official: list[UploadFile] = File(default=[]),
-    responses: list[UploadFile] = File(default=[]),
-    user: CurrentUser = Depends(require("organizer")),
-    session: Session = db,
+    request: Request, user: CurrentUser = Depends(require("organizer")), session: Session = db
 ) -> Response:
-    """One transaction for all files: an error names file, line and field, and nothing is stored."""
-    uploads = {
-        "passages": passages,
-        "queries": queries,
-        "bank": bank,
-        "runs": runs,
-        "qrels": qrels,
-        "official": official,
-        "responses": responses,
-    }
-    with tempfile.TemporaryDirectory() as tmp:
-        saved = {kind: [await _save(Path(tmp), f) for f in files if f.filename] for kind, files in uploads.items()}
+    """One transaction for all files: an error names the user's file, line and field; nothing is stored.
+
+    The role (here) and CSRF (``csrf_protect``, from the header or the URL) are checked before a
+    byte of the body is read, which is why this route declares no Form/File parameters. The body
+    is bounded while it streams (``app.web.uploads``); the import runs in a worker thread in its
+    own transaction, so the event loop keeps answering other requests.
+    """
+    with tempfile.TemporaryDirectory(prefix="rubric-upload-") as tmp:
+        form = await receive_form(request, Path(tmp), IMPORT_KINDS)
+        name = _collection_name(form.fields.get("name", ""))
+        files = ImportFiles(**{kind: form.paths(kind) for kind in IMPORT_KINDS})
         try:
-            if not name.strip():
-                raise ValueError("a collection needs a name")
-            counts = import_files(session, service.ensure_collection(session, name.strip()), ImportFiles(**saved))
-            session.commit()
-        except (ImportFormatError, ValueError, LookupError) as error:
-            session.rollback()
-            return render(
-                request,
-                "collections.html",
-                {"user": user, "collections": _summaries(session), "errors": [str(error)]},
-                status=400,
-            )
+            counts = await run_in_threadpool(import_into, name, files)
+        except (ImportFormatError, DomainError) as error:
+            status = error.status if isinstance(error, DomainError) else 400
+            return await _import_refused(request, user, session, form.in_users_words(str(error)), status)
     request.session["flash"] = "imported: " + (", ".join(f"{n} {k}" for k, n in counts.items()) or "nothing new")
-    return RedirectResponse(f"/c/{name.strip()}", status_code=303)
+    return RedirectResponse(str(path_for(request, "collection_page", name=name)), status_code=303)
 
 
-async def _save(directory: Path, upload: UploadFile) -> Path:
-    target = directory / Path(upload.filename or "upload").name  # the name users see in error messages
-    target.write_bytes(await upload.read())
-    return target
+IMPORT_KINDS = frozenset({"passages", "queries", "bank", "runs", "qrels", "official", "responses"})
+COLLECTION_NAME_MAX = 200  # Collection.name is String(200)
+
+
+def _collection_name(raw: str) -> str:
+    name = raw.strip()
+    if not name:
+        raise Invalid("a collection needs a name")
+    if len(name) > COLLECTION_NAME_MAX or not name.isprintable():
+        raise Invalid(f"a collection name is at most {COLLECTION_NAME_MAX} printable characters")
+    return name
+
+
+async def _import_refused(
+    request: Request, user: CurrentUser, session: Session, message: str, status: int
+) -> Response:
+    """The collections page again, with the refusal on it (the import's own transaction rolled back)."""
+    collections = await run_in_threadpool(_summaries, session)
+    context = {"user": user, "collections": collections, "errors": [message]}
+    return render(request, "collections.html", context, status=status)
 
 
 def overview(session: Session, collection: Collection) -> dict[str, Any]:
@@ -150,7 +151,7 @@ def overview(session: Session, collection: Collection) -> dict[str, Any]:
     }
 
 
-@router.get("/c/{name}")
+@router.get("/c/{name}", name="collection_page")
 def collection_page(
     name: str, request: Request, user: CurrentUser = Depends(require("viewer")), session: Session = db
 ) -> Response:

@@ -6,19 +6,24 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from fastapi import APIRouter, Depends, Form, HTTPException, Request
+from fastapi import Path as PathParam
 from fastapi.responses import RedirectResponse, Response
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app.collections.schemas import ID_MAX, MODEL_MAX, NO_NUL, PROMPT_CLASS_MAX, QUERY_ID_MAX, SYSTEM_NAME_MAX
 from app.config import get_settings
+from app.errors import Invalid
 from app.grading.engine import CellScope
+from app.grading.models import configured_models, model_for_label
 from app.grading.prompts import prompt_class_names
-from app.grading.service import GraderSpec, plan_for
+from app.grading.service import GraderSpec, plan_for, validate_spec
 from app.jobs import service
 from app.jobs.launch import collection_grader, launch_grading, system_scope
 from app.models import Collection, Job, JobBatch, Query, System
 from app.web.deps import CurrentUser, db, render, require
 from app.web.routes.collections import get_or_404
+from app.web.security import path_for
 
 router = APIRouter()
 
@@ -59,22 +64,31 @@ class LaunchForm:
 
 
 def launch_form(
-    backend: str = Form("similarity"),
-    model: str = Form(""),
-    prompt_class: str = Form("Similarity"),
-    mode: str = Form("score"),
-    query_id: str = Form(""),
-    system: str = Form(""),
+    backend: str = Form("similarity", max_length=20),
+    model: str = Form("", max_length=MODEL_MAX, pattern=NO_NUL),
+    prompt_class: str = Form("Similarity", max_length=PROMPT_CLASS_MAX, pattern=NO_NUL),
+    mode: str = Form("score", max_length=20),
+    query_id: str = Form("", max_length=QUERY_ID_MAX, pattern=NO_NUL),
+    system: str = Form("", max_length=SYSTEM_NAME_MAX, pattern=NO_NUL),
 ) -> LaunchForm:
     return LaunchForm(backend, model, prompt_class, mode, query_id, system)
 
 
 def _spec(backend: str, model: str, prompt_class: str, mode: str) -> GraderSpec:
+    """A validated grader from the form: the model is a configured label (or the backend's default)."""
     if backend not in ("similarity", "hf", "openai") or mode not in ("score", "generate"):
-        raise HTTPException(400, "backend: similarity, hf or openai; mode: score or generate")
+        raise Invalid("backend: similarity, hf or openai; mode: score or generate")
     if backend == "similarity" and prompt_class not in ("Similarity", "DirectSimilarity"):
         prompt_class = "Similarity"
-    return GraderSpec(backend=backend, model=model or None, prompt_class=prompt_class, mode=mode)  # type: ignore[arg-type]
+    spec = GraderSpec(
+        backend=backend,  # type: ignore[arg-type]
+        model=model_for_label(model) if model else None,
+        model_label=model or None,
+        prompt_class=prompt_class,
+        mode=mode,  # type: ignore[arg-type]
+    )
+    validate_spec(spec)
+    return spec
 
 
 def _scope(session: Session, collection: Any, query_id: str, system: str) -> CellScope:
@@ -98,11 +112,12 @@ def _page_context(session: Session, collection: Any, user: CurrentUser) -> dict[
             session.scalars(select(System.name).where(System.collection_id == collection.id).order_by(System.name))
         ),
         "current": current.as_dict(),
+        "models": sorted(configured_models()),
         "estimate": None,
     }
 
 
-@router.get("/c/{name}/jobs")
+@router.get("/c/{name}/jobs", name="jobs_page")
 def jobs_page(
     name: str, request: Request, user: CurrentUser = Depends(require("viewer")), session: Session = db
 ) -> Response:
@@ -110,7 +125,7 @@ def jobs_page(
     return render(request, "jobs.html", _page_context(session, collection, user))
 
 
-@router.post("/c/{name}/jobs/estimate")
+@router.post("/c/{name}/jobs/estimate", name="estimate")
 def estimate(
     name: str,
     request: Request,
@@ -121,35 +136,32 @@ def estimate(
     """Before launch: prompts split into cached and new, time from measured throughput, tokens and cost."""
     collection = get_or_404(session, name)
     spec = form.spec()
-    try:
-        cells = plan_for(session, collection, spec, None, _scope(session, collection, form.query_id, form.system))
-    except (LookupError, ValueError) as error:
-        raise HTTPException(400, str(error)) from None
+    cells = plan_for(session, collection, spec, None, _scope(session, collection, form.query_id, form.system))
     figures = service.estimate(session, spec, cells, get_settings().prices)
     context = _page_context(session, collection, user)
     context["estimate"] = {**figures.as_dict(), "form": asdict(form)}
     return render(request, "jobs.html", context, block="estimate")
 
 
-@router.post("/c/{name}/jobs")
+@router.post("/c/{name}/jobs", name="launch")
 def launch(
     name: str,
+    request: Request,
     form: LaunchForm = Depends(launch_form),
     user: CurrentUser = Depends(require("organizer")),
     session: Session = db,
 ) -> Response:
     collection = get_or_404(session, name)
-    try:
-        scope = _scope(session, collection, form.query_id, form.system)
-        job = launch_grading(session, collection, form.spec(), scope=scope, launched_by=user.name)
-    except (LookupError, ValueError) as error:
-        raise HTTPException(400, str(error)) from None
-    return RedirectResponse(f"/c/{name}/jobs#job-{job.id}", status_code=303)
+    spec = form.spec()
+    scope = _scope(session, collection, form.query_id, form.system)
+    job = launch_grading(session, collection, spec, scope=scope, launched_by=user.name)
+    return RedirectResponse(f"{path_for(request, 'jobs_page', name=name)}#job-{job.id}", status_code=303)
 
 
-@router.post("/c/{name}/generate")
+@router.post("/c/{name}/generate", name="generate")
 def generate(
     name: str,
+    request: Request,
     query_id: str = Form(...),
     kind: str = Form("questions"),
     style: str = Form("dl"),
@@ -158,34 +170,49 @@ def generate(
     user: CurrentUser = Depends(require("judge")),
     session: Session = db,
 ) -> Response:
-    """ "Draft questions with the LLM": a drafting job; its items come back as a draft to accept or reject."""
+    """ "Draft questions with the LLM": a drafting job; its items come back as a draft to accept or reject.
+
+    The model is a label an organizer configured (``RUBRIC_MODELS``); a path never comes from here.
+    """
     collection = get_or_404(session, name)
     if kind not in ("questions", "nuggets") or style not in ("dl", "car", "paper-dl", "paper-car"):
-        raise HTTPException(400, "kind: questions or nuggets; style: dl, car, paper-dl or paper-car")
+        raise Invalid("kind: questions or nuggets; style: dl, car, paper-dl or paper-car")
+    if backend not in ("hf", "openai"):
+        raise Invalid("backend: hf or openai")
     spec = GraderSpec(
-        backend="openai" if backend == "openai" else "hf",
-        model=model or None,
+        backend=backend,  # type: ignore[arg-type]
+        model=model_for_label(model) if model else None,
+        model_label=model or None,
         max_new_tokens=512,
     )
     job = service.launch_generation(
         session, collection, spec, kind=kind, style=style, query_ids=[query_id], launched_by=user.name
     )
-    return RedirectResponse(f"/c/{name}/jobs#job-{job.id}", status_code=303)
+    return RedirectResponse(f"{path_for(request, 'jobs_page', name=name)}#job-{job.id}", status_code=303)
 
 
-@router.post("/jobs/{job_id}/cancel")
-def cancel(job_id: int, user: CurrentUser = Depends(require("organizer")), session: Session = db) -> Response:
+@router.post("/jobs/{job_id}/cancel", name="cancel")
+def cancel(
+    request: Request,
+    job_id: int = PathParam(ge=1, le=ID_MAX),
+    user: CurrentUser = Depends(require("organizer")),
+    session: Session = db,
+) -> Response:
     job = session.get(Job, job_id)
     if job is None:
         raise HTTPException(404, f"no job {job_id}")
     service.cancel(session, job)
     collection = job.collection_id
-    return RedirectResponse(f"/c/{session.get_one(Collection, collection).name}/jobs", status_code=303)
+    target = path_for(request, "jobs_page", name=session.get_one(Collection, collection).name)
+    return RedirectResponse(str(target), status_code=303)
 
 
-@router.get("/jobs/{job_id}")
+@router.get("/jobs/{job_id}", name="job_page")
 def job_page(
-    job_id: int, request: Request, user: CurrentUser = Depends(require("viewer")), session: Session = db
+    request: Request,
+    job_id: int = PathParam(ge=1, le=ID_MAX),
+    user: CurrentUser = Depends(require("viewer")),
+    session: Session = db,
 ) -> Response:
     job = session.get(Job, job_id)
     if job is None:

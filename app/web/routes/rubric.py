@@ -2,28 +2,48 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Form, HTTPException, Request
+from fastapi import Path as PathParam
+from fastapi import Query as QueryParam
 from fastapi.responses import RedirectResponse, Response
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app.collections.schemas import (
+    ID_MAX,
+    INT32_MAX,
+    ITEM_ID_MAX,
+    NO_NUL,
+    PASSAGE_ID_MAX,
+    QUERY_ID_MAX,
+    SYSTEM_NAME_MAX,
+)
 from app.config import get_settings
+from app.grading.models import configured_models
 from app.jobs.launch import collection_grader, launch_after_edit, launch_grading
 from app.models import BankItem, Collection, GradeOverride, ItemFlag, Passage, Query, RubricVersion
-from app.rubrics.editing import EditConflict, EmptyEdit, ItemChange, apply_edit
+from app.rubrics.editing import EditConflict, ItemChange, apply_edit
 from app.rubrics.generation import accept_draft
 from app.rubrics.service import create_version, latest_version, version_item_pks
 from app.sqlutil import upsert
 from app.web import grid_view
 from app.web.deps import CurrentUser, db, is_htmx, render, require
 from app.web.routes.collections import get_or_404
+from app.web.security import path_for  # importing it registers the {...:any} path convertor
 
 router = APIRouter()
 
+# Bounds of the editor's form fields (item ids are bounded by their column, ITEM_ID_MAX).
+MAX_TEXT = 20_000
+MAX_NOTE = 2_000
+MAX_POSITION = 100_000
+
 
 def _query(session: Session, collection: Collection, query_id: str) -> Query:
+    if len(query_id) > QUERY_ID_MAX or "\x00" in query_id:  # no stored query has such an id
+        raise HTTPException(404, f"collection {collection.name!r} has no such query")
     query = session.scalar(select(Query).where(Query.collection_id == collection.id, Query.query_id == query_id))
     if query is None:
         raise HTTPException(404, f"collection {collection.name!r} has no query {query_id!r}")
@@ -69,18 +89,19 @@ def _rubric_context(session: Session, collection: Collection, query: Query, user
         "version": version.number if version else None,
         "items": rubric_items(session, version, query),
         "drafts": _drafts(session, collection, query),
+        "models": sorted(configured_models()),  # the drafting form offers only what an organizer configured
         "require_note": get_settings().require_edit_note,
         "conflict": None,
         "job": None,
     }
 
 
-@router.get("/c/{name}/rubric/{query_id}")
+@router.get("/c/{name}/rubric/{query_id:any}", name="rubric_page")
 def rubric_page(
     name: str,
     query_id: str,
     request: Request,
-    from_passage: str = "",
+    from_passage: str = QueryParam("", max_length=PASSAGE_ID_MAX, pattern=NO_NUL),
     user: CurrentUser = Depends(require("viewer")),
     session: Session = db,
 ) -> Response:
@@ -95,43 +116,36 @@ def rubric_page(
     return render(request, "rubric.html", context)
 
 
-@router.post("/c/{name}/rubric/{query_id}/save")
+@router.post("/c/{name}/rubric/{query_id:any}/save", name="save_rubric")
 def save_rubric(
     name: str,
     query_id: str,
     request: Request,
-    action: str = Form(...),
-    item_id: str = Form(""),
-    text: str = Form(""),
-    expected_text: str = Form(""),
-    gold: str = Form(""),
-    position: int | None = Form(None),
-    note: str = Form(""),
+    action: Literal["edit", "add", "delete", "move"] = Form(...),
+    item_id: str = Form("", max_length=ITEM_ID_MAX, pattern=NO_NUL),
+    text: str = Form("", max_length=MAX_TEXT, pattern=NO_NUL),
+    expected_text: str | None = Form(None, max_length=MAX_TEXT, pattern=NO_NUL),
+    gold: str = Form("", max_length=MAX_TEXT, pattern=NO_NUL),
+    position: int | None = Form(None, ge=0, le=MAX_POSITION),
+    note: str = Form("", max_length=MAX_NOTE, pattern=NO_NUL),
     user: CurrentUser = Depends(require("judge")),
     session: Session = db,
 ) -> Response:
-    """Save one change as a new version, then regrade exactly the affected cells."""
+    """Save one change as a new version (a compare-and-swap, see ``apply_edit``), then regrade its cells.
+
+    A lost race is a 409 showing both texts; the page's items block is re-rendered from the
+    newest version so the judge can apply the change again.
+    """
     collection = get_or_404(session, name)
     query = _query(session, collection, query_id)
-    if action not in ("edit", "add", "delete", "move"):
-        raise HTTPException(400, f"unknown action {action!r}")
     gold_answers = tuple(g.strip() for g in gold.split(";") if g.strip()) if gold.strip() else None
-    change = ItemChange(
-        action,  # type: ignore[arg-type]
-        query_id,
-        item_id or None,
-        text or None,
-        gold_answers,
-        expected_text or None,
-        position,
-    )
+    change = ItemChange(action, query_id, item_id or None, text or None, gold_answers, expected_text, position)
     try:
         result = apply_edit(
             session, collection, [change], user=user.name, note=note, require_note=get_settings().require_edit_note
         )
-        job = launch_after_edit(session, collection, result, collection_grader(session, collection), user.name)
     except EditConflict as conflict:
-        session.rollback()
+        session.rollback()  # release the rubric lock now; the 409 page reads the newest version
         context = _rubric_context(session, collection, query, user)
         context["conflict"] = {
             "item_id": conflict.item_id,
@@ -140,21 +154,19 @@ def save_rubric(
             "message": str(conflict),
         }
         return render(request, "rubric.html", context, block="items" if is_htmx(request) else None, status=409)
-    except (EmptyEdit, ValueError, LookupError) as error:
-        session.rollback()
-        raise HTTPException(400, str(error)) from None
+    job = launch_after_edit(session, collection, result, collection_grader(session, collection), user.name)
     context = _rubric_context(session, collection, query, user)
     context["job"] = {"id": job.id, "total": job.total, "state": job.state}
     if is_htmx(request):
         return render(request, "rubric.html", context, block="items")
-    return RedirectResponse(f"/c/{name}/rubric/{query_id}", status_code=303)
+    return RedirectResponse(str(path_for(request, "rubric_page", name=name, query_id=query_id)), status_code=303)
 
 
-@router.post("/c/{name}/drafts/{number}/accept")
+@router.post("/c/{name}/drafts/{number}/accept", name="accept_drafts")
 async def accept_drafts(
     name: str,
-    number: int,
     request: Request,
+    number: int = PathParam(ge=1, le=INT32_MAX),
     user: CurrentUser = Depends(require("judge")),
     session: Session = db,
 ) -> Response:
@@ -167,23 +179,23 @@ async def accept_drafts(
     if draft is None or draft.status != "draft":
         raise HTTPException(404, f"no draft version {number}")
     _publish_and_regrade(session, collection, accept_draft(session, collection, draft, accepted, user.name), user)
-    return RedirectResponse(f"/c/{name}", status_code=303)
+    return RedirectResponse(str(path_for(request, "collection_page", name=name)), status_code=303)
 
 
 def _publish_and_regrade(session: Session, collection: Collection, version: RubricVersion, user: CurrentUser) -> None:
-    """Commit a new version and grade whatever of it is not cached yet."""
+    """Grade whatever of the new version is not cached yet (the batches start after the commit)."""
     spec = collection_grader(session, collection)
-    job = launch_grading(
+    launch_grading(
         session, collection, spec, rubric_version=version.number, launched_by=user.name, kind="regrade"
     )
 
 
-@router.get("/c/{name}/history")
+@router.get("/c/{name}/history", name="history_page")
 def history_page(
     name: str,
     request: Request,
-    a: int | None = None,
-    b: int | None = None,
+    a: int | None = QueryParam(None, ge=1, le=INT32_MAX),
+    b: int | None = QueryParam(None, ge=1, le=INT32_MAX),
     user: CurrentUser = Depends(require("viewer")),
     session: Session = db,
 ) -> Response:
@@ -234,9 +246,13 @@ def _diff(session: Session, collection: Collection, a: int, b: int) -> dict[str,
     }
 
 
-@router.post("/c/{name}/revert/{number}")
+@router.post("/c/{name}/revert/{number}", name="revert")
 def revert(
-    name: str, number: int, user: CurrentUser = Depends(require("judge")), session: Session = db
+    name: str,
+    request: Request,
+    number: int = PathParam(ge=1, le=INT32_MAX),
+    user: CurrentUser = Depends(require("judge")),
+    session: Session = db,
 ) -> Response:
     collection = get_or_404(session, name)
     target = session.scalar(
@@ -253,25 +269,25 @@ def revert(
         bank_meta=target.bank_meta,
     )
     _publish_and_regrade(session, collection, version, user)
-    return RedirectResponse(f"/c/{name}/history", status_code=303)
+    return RedirectResponse(str(path_for(request, "history_page", name=name)), status_code=303)
 
 
-@router.get("/c/{name}/grid/{query_id}")
+@router.get("/c/{name}/grid/{query_id:any}", name="grid_page")
 def grid_page(
     name: str,
     query_id: str,
     request: Request,
-    system: str = "",
-    judged: str = "any",
-    min_grade: int | None = None,
+    system: str = QueryParam("", max_length=SYSTEM_NAME_MAX, pattern=NO_NUL),
+    judged: str = QueryParam("any", pattern="^(any|judged|unjudged)$"),
+    min_grade: str = QueryParam("", pattern="^[0-5]?$"),  # "" is the form's "any"
     disagree: bool = False,
-    page: int = 1,
+    page: int = QueryParam(1, ge=1, le=1_000_000),
     user: CurrentUser = Depends(require("viewer")),
     session: Session = db,
 ) -> Response:
     collection = get_or_404(session, name)
     query = _query(session, collection, query_id)
-    filters = grid_view.GridFilters(system or None, judged, min_grade, disagree, max(page, 1))
+    filters = grid_view.GridFilters(system or None, judged, int(min_grade) if min_grade else None, disagree, page)
     view = grid_view.build(session, collection, query, collection_grader(session, collection), filters)
     context = {
         "user": user,
@@ -283,12 +299,12 @@ def grid_page(
     return render(request, "grid.html", context, block="grid" if is_htmx(request) else None)
 
 
-@router.post("/c/{name}/override")
+@router.post("/c/{name}/override", name="override")
 def override(
     name: str,
-    pool_entry: int = Form(...),
-    item_id: str = Form(...),
-    rating: int = Form(...),
+    pool_entry: int = Form(..., ge=1, le=ID_MAX),
+    item_id: str = Form(..., max_length=ITEM_ID_MAX, pattern=NO_NUL),
+    rating: int = Form(...),  # 0..5, checked below (a 400 naming the scale)
     user: CurrentUser = Depends(require("judge")),
     session: Session = db,
 ) -> dict[str, Any]:
@@ -306,11 +322,11 @@ def override(
     return {"pool_entry": pool_entry, "item_id": item_id, "rating": rating, "judge": user.name}
 
 
-@router.post("/c/{name}/flag")
+@router.post("/c/{name}/flag", name="flag")
 def flag(
     name: str,
-    item_id: str = Form(...),
-    reason: str = Form("spurious"),
+    item_id: str = Form(..., max_length=ITEM_ID_MAX, pattern=NO_NUL),
+    reason: str = Form("spurious", max_length=2000, pattern=NO_NUL),
     user: CurrentUser = Depends(require("judge")),
     session: Session = db,
 ) -> dict[str, Any]:

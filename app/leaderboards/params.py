@@ -1,0 +1,62 @@
+"""Bounds of every leaderboard setting, checked once at the boundary (web query strings, CLI options).
+
+Each refusal is an ``Invalid`` whose message names the parameter, so the web answers 400 and the
+CLI exits 2 with the same words; nothing past this module sees an unbounded number.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from app.collections.schemas import ID_MAX, INT32_MAX
+from app.errors import Invalid
+from app.evaluation.agreement import MAX_JUDGMENT, MIN_JUDGMENT
+from app.evaluation.qrels import MAX_MIN_ANSWERS, LabelRule
+from app.evaluation.trec import MAX_CUTOFF, parse_measure
+
+MIN_RATING = (0, 1000)  # a self-rating threshold (0..5), or a count label's level
+TOP_K = (1, MAX_CUTOFF)
+MIN_ANSWERS = (1, MAX_MIN_ANSWERS)
+MIN_JUDGMENT_RANGE = (MIN_JUDGMENT, MAX_JUDGMENT)
+VERSION = (1, INT32_MAX)  # RubricVersion.number is a 32-bit column
+ID = (1, ID_MAX)  # a primary key: grader, job, pool entry
+BOOTSTRAP = (0, 100_000)  # resamples; 0 = no interval
+COVER_MEASURES = {"cover": False, "n-cover": True}
+
+
+def bounded(name: str, value: int, bounds: tuple[int, int]) -> int:
+    low, high = bounds
+    if not low <= value <= high:
+        raise Invalid(f"{name} must be between {low} and {high}, got {_shown(value)}")
+    return value
+
+
+def bounded_int(
+    params: Mapping[str, Any], name: str, bounds: tuple[int, int], default: int | None = None
+) -> int | None:
+    """The integer query parameter ``name`` within ``bounds``; ``default`` when it is absent or empty."""
+    raw = params.get(name)
+    if raw is None or raw == "":
+        return default
+    text = str(raw).strip()
+    if len(text) > 20 or not text.lstrip("+-").isdigit():
+        raise Invalid(f"{name} must be a whole number, got {_shown(raw)}")
+    return bounded(name, int(text), bounds)
+
+
+def check_measure(measure: str, *, min_rating: int | None = None) -> str:
+    """``measure`` if it is Cover, n-Cover or a parsable trec_eval measure with a bounded cut-off."""
+    if measure.lower() not in COVER_MEASURES:
+        parse_measure(measure, min_rating=min_rating)
+    return measure
+
+
+def check_label(label: str) -> str:
+    LabelRule.parse(label)
+    return label
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:40] + "…"
