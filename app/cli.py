@@ -175,6 +175,15 @@ def leaderboard_command(
     per_query_correlation: Annotated[
         bool, typer.Option("--per-query-correlation", help="Correlate per query against the manual judgments.")
     ] = False,
+    min_judgment: Annotated[
+        int,
+        typer.Option(
+            "--min-judgment",
+            min=1,
+            max=4,
+            help="Manual judgments' relevance level for --per-query-correlation (TREC DL: 2).",
+        ),
+    ] = 2,
 ) -> None:
     """Score every system and correlate with the official leaderboard."""
     from app.collections.readers import read_official
@@ -212,7 +221,7 @@ def leaderboard_command(
         if per_query_correlation:
             if measure.lower() in service.COVER_MEASURES:
                 _fail("--per-query-correlation needs a trec_eval measure")
-            per_query = service.manual_per_query_correlation(session, target, data, request)
+            per_query = service.manual_per_query_correlation(session, target, data, request, min_judgment=min_judgment)
     if output == "json":
         typer.echo(json.dumps(service.leaderboard_json(board, per_query), indent=1))
     else:

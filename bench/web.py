@@ -4,6 +4,8 @@ and the rubric save round trip (save → final leaderboard event, warm cache), a
 
 A live uvicorn server in this process (embedded worker, SQLite) and an HTTP client; the collection is
 synthetic: one query with 300 pooled passages, 10 questions, 20 systems, graded by the default grader.
+A second collection, the DL-sized synthetic one of bench/evaluate.py, times the oversight views
+(question impact of one query's items, the paged verify / spurious / uncovered tables).
 
 Run: ``.venv/bin/python bench/web.py``; writes a section of docs/benchmarks.md.
 """
@@ -110,6 +112,15 @@ def build(directory: Path) -> None:
     globals()["COLLECTION_ID"] = collection_id
 
 
+def build_dl(directory: Path) -> None:
+    """The DL-sized synthetic collection of bench/evaluate.py (54 queries × 10 items, 59 systems), as ``dl``."""
+    from bench.evaluate import synthetic_collection
+
+    data, _ = synthetic_collection(directory)
+    with session_scope() as session:
+        import_interchange(session, ensure_collection(session, "dl"), data)
+
+
 def serve() -> str:
     from app.web.main import create_app
 
@@ -181,6 +192,7 @@ def pct(values: list[float], q: float) -> float:
 def main() -> None:
     directory = Path(tempfile.mkdtemp())
     build(directory)
+    build_dl(directory)
     base = serve()
     with httpx.Client(base_url=base, timeout=60) as client:
         token = re.search(r'name="csrf-token" content="([^"]+)"', client.get("/login").text).group(1)  # type: ignore[union-attr]
@@ -194,7 +206,13 @@ def main() -> None:
                 "leaderboard fragment (htmx, Cover, 1,000-sample CIs)",
                 timings(client, "/c/bench/leaderboard", {"HX-Request": "true"}),
             ),
+            ("DL size: question impact, all 10 items of one query", timings(client, "/c/dl/oversight/impact?query=q0")),
+            ("DL size: verify grading, page 1 of all queries", timings(client, "/c/dl/oversight/verify")),
+            ("DL size: verify grading, one query", timings(client, "/c/dl/oversight/verify?query=q0")),
+            ("DL size: spurious questions, page 1", timings(client, "/c/dl/oversight/bad")),
+            ("DL size: uncovered passages, page 1", timings(client, "/c/dl/oversight/uncovered")),
         ]
+        sizes = {view: len(client.get(f"/c/dl/oversight/{view}").content) for view in ("verify", "bad", "uncovered")}
         saves = save_round_trips(client, token)
     floor = statistics.median(rows[0][1])
     table = "\n".join(
@@ -208,9 +226,13 @@ The grid page shows 50 passages per page of the 300 (server-side pagination) and
 |---|---|---|---|
 {table}
 
+DL size is the synthetic collection of bench/evaluate.py (54 queries, 59 systems, top-100, 10 questions
+per query); oversight pages hold at most 50 rows; page 1 sizes: {", ".join(f"{v} {n / 1000:.0f} kB" for v, n in sizes.items())}.
+
 Rubric save → final leaderboard event (warm cache; {len(saves)} saves): p50 {pct(saves, 0.5):.0f} ms, p95 {pct(saves, 0.95):.0f} ms.
 
-Targets: p95 under 150 ms for pages; under 2 s from save to leaderboard event."""
+Targets: p95 under 150 ms for pages; under 2 s from save to leaderboard event; question impact of one
+query's items under 300 ms; no oversight page over 1 MB."""
     write_section("Web latency (`bench/web.py`)", body)
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
 
 import numpy as np
 from scipy import stats
@@ -86,18 +88,69 @@ def scores_to_ranks(scores: Mapping[str, float]) -> dict[str, float]:
     return dict(zip(systems, (float(r) for r in predicted_ranks([scores[s] for s in systems])), strict=True))
 
 
+MIN_SYSTEMS = 3  # with two systems every rank correlation is ±1: no evidence either way
+
+
+class Undefined(StrEnum):
+    """Why a query has no per-query correlation; the value is the stable code in JSON."""
+
+    FEW_SYSTEMS = "few_systems"
+    CONSTANT_MANUAL = "constant_manual"
+    CONSTANT_PREDICTED = "constant_predicted"
+
+    @property
+    def text(self) -> str:
+        return _UNDEFINED_TEXT[self]
+
+
+_UNDEFINED_TEXT = {
+    Undefined.FEW_SYSTEMS: f"fewer than {MIN_SYSTEMS} systems have a score under both judgement sources",
+    Undefined.CONSTANT_MANUAL: "every system scores the same on the manual judgments",
+    Undefined.CONSTANT_PREDICTED: "every system scores the same on the derived qrels",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class QueryCorrelation:
+    """One query's correlation, or (``reason`` set, coefficients NaN) why it is undefined."""
+
+    correlation: Correlation
+    reason: Undefined | None = None
+
+
+def undefined_reason(predicted: Sequence[float], reference: Sequence[float]) -> Undefined | None:
+    """Why Spearman ρ / Kendall τ of the two score lists is undefined, or None when it is defined.
+
+    Both coefficients divide by the spread of the ranks, so they need at least two distinct values
+    on each side; below ``MIN_SYSTEMS`` systems we call them undefined as well (ρ = τ = ±1 by force).
+    """
+    if len(reference) < MIN_SYSTEMS:
+        return Undefined.FEW_SYSTEMS
+    if len(set(reference)) < 2:
+        return Undefined.CONSTANT_MANUAL
+    if len(set(predicted)) < 2:
+        return Undefined.CONSTANT_PREDICTED
+    return None
+
+
 def per_query_correlation(
     predicted: Mapping[str, Mapping[str, float]], reference: Mapping[str, Mapping[str, float]]
-) -> dict[str, Correlation]:
+) -> dict[str, QueryCorrelation]:
     """For each query, correlate the systems' per-query scores under two judgement sources.
 
     ``predicted`` and ``reference`` map system → query → value (e.g. P@20 under the derived qrels
-    and under the manual qrels). Only systems with a value under both take part in a query.
+    and under the manual qrels). Only systems with a value under both take part in a query. A query
+    whose correlation is undefined (``undefined_reason``) carries the reason and NaN coefficients.
     """
     queries = sorted({q for per_query in reference.values() for q in per_query})
     result = {}
     for query_id in queries:
         systems = [s for s in reference if query_id in reference[s] and query_id in predicted.get(s, {})]
-        official = scores_to_ranks({s: reference[s][query_id] for s in systems})
-        result[query_id] = rank_correlation({s: predicted[s][query_id] for s in systems}, official)
+        manual = {s: reference[s][query_id] for s in systems}
+        derived = {s: predicted[s][query_id] for s in systems}
+        reason = undefined_reason(list(derived.values()), list(manual.values()))
+        if reason is not None:
+            result[query_id] = QueryCorrelation(Correlation(math.nan, math.nan, math.nan, len(systems)), reason)
+        else:
+            result[query_id] = QueryCorrelation(rank_correlation(derived, scores_to_ranks(manual)))
     return result

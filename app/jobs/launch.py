@@ -9,10 +9,12 @@ from collections.abc import Iterable, Sequence
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app.collections.graders import primary_grader
 from app.config import get_settings
 from app.db import session_scope
+from app.errors import Invalid
 from app.grading.engine import CellScope
-from app.grading.service import GraderSpec, plan_for, validate_spec
+from app.grading.service import GraderSpec, build_method, plan_for, validate_spec
 from app.jobs import service
 from app.jobs.dispatch import dispatch, dispatch_generation
 from app.jobs.events import after_batch
@@ -21,14 +23,34 @@ from app.rubrics.editing import EditResult
 
 
 def collection_grader(session: Session, collection: Collection) -> GraderSpec:
-    """The grader this collection was last graded with (the default grader before any job)."""
-    params = session.scalar(
+    """The spec of the collection's primary grader (app/collections/graders.py), for its regrades.
+
+    A grader row does not keep everything a spec holds (backend, device, decoding), so the spec is
+    that of the newest grade/regrade job that wrote as this grader. A grader that no job here wrote
+    (imported grades), or no grader at all: the default spec, which the pages name when they regrade.
+    """
+    primary = primary_grader(session, collection)
+    if primary is None:
+        return GraderSpec()
+    jobs = session.scalars(
         select(Job.params)
         .where(Job.collection_id == collection.id, Job.kind.in_(("grade", "regrade")))
         .order_by(Job.id.desc())
-        .limit(1)
+        .limit(200)
     )
-    return GraderSpec.from_dict(params["grader"]) if params else GraderSpec()
+    for params in jobs:
+        spec = GraderSpec.from_dict(params["grader"])
+        try:
+            config = build_method(spec).config()
+        except (Invalid, ValueError):  # a job of a model or prompt no longer configured: not this grader
+            continue
+        if (config.model, config.prompt_class, config.template_hash) == (
+            primary.model,
+            primary.prompt_class,
+            primary.template_hash,
+        ):
+            return spec
+    return GraderSpec()
 
 
 def system_scope(session: Session, collection: Collection, system_names: Iterable[str]) -> CellScope:

@@ -19,6 +19,10 @@ MIN_RATING = (0, 1000)  # a self-rating threshold (0..5), or a count label's lev
 TOP_K = (1, MAX_CUTOFF)
 MIN_ANSWERS = (1, MAX_MIN_ANSWERS)
 MIN_JUDGMENT_RANGE = (MIN_JUDGMENT, MAX_JUDGMENT)
+# the manual side's trec_eval level (-l) in per-query correlation: a level ≤ 0 would count
+# non-relevant judgments as relevant, 4 makes nothing relevant; TREC DL's binary cut is 2
+MANUAL_LEVEL = (1, MAX_JUDGMENT)
+DEFAULT_MANUAL_LEVEL = 2
 VERSION = (1, INT32_MAX)  # RubricVersion.number is a 32-bit column
 ID = (1, ID_MAX)  # a primary key: grader, job, pool entry
 BOOTSTRAP = (0, 100_000)  # resamples; 0 = no interval

@@ -12,7 +12,7 @@ from app.collections import queries, snapshot
 from app.collections.queries import GraderRef
 from app.collections.service import official_leaderboard
 from app.errors import NotFound
-from app.evaluation.correlation import per_query_correlation, rank_correlation
+from app.evaluation.correlation import QueryCorrelation, per_query_correlation, rank_correlation
 from app.evaluation.cover import OVERALL, cover_scores_of, cover_table
 from app.evaluation.formatting import Table, nan_to_none, reference_round, trec_eval_round
 from app.evaluation.frame import GradeFrame, RankingFrame
@@ -38,6 +38,7 @@ class LeaderboardRequest:
     bootstrap_samples: int = 1000
     bootstrap_seed: int = 42
     include_overrides: bool = False  # judges' grade overrides replace the grader's ratings
+    grader_id: int | None = None  # a grader by id (the web); wins over model/prompt_class, never ambiguous
 
 
 def check_request(request: LeaderboardRequest, *, with_measure: bool = True) -> LeaderboardRequest:
@@ -77,10 +78,18 @@ def load_evaluation_data(
     prompt_class: str | None,
     rubric_version: int | None = None,
     include_overrides: bool = False,
+    grader_id: int | None = None,
 ) -> EvaluationData:
-    """Everything a leaderboard needs, from the collection's in-memory snapshot (app/collections/snapshot.py)."""
+    """Everything a leaderboard needs, from the collection's in-memory snapshot (app/collections/snapshot.py).
+
+    ``grader_id`` picks the grader by id; otherwise model/prompt_class must match exactly one.
+    """
     current = snapshot.current(session, collection)
-    grader = queries.match_grader(current.grader_list(), model=model, prompt_class=prompt_class)
+    grader = (
+        _grader_by_id(current.grader_list(), grader_id)
+        if grader_id is not None
+        else queries.match_grader(current.grader_list(), model=model, prompt_class=prompt_class)
+    )
     grades = current.grades(session, grader.id)
     if rubric_version is not None:
         grades = grades.restrict_items(queries.version_item_ids(session, _version(session, collection, rubric_version)))
@@ -189,7 +198,15 @@ def evaluation_data(session: Session, collection: Collection, request: Leaderboa
         prompt_class=request.prompt_class,
         rubric_version=request.rubric_version,
         include_overrides=request.include_overrides,
+        grader_id=request.grader_id,
     )
+
+
+def _grader_by_id(graders: list[GraderRef], grader_id: int) -> GraderRef:
+    for grader in graders:
+        if grader.id == grader_id:
+            return grader
+    raise NotFound(f"no grader {grader_id} in this collection")
 
 
 def compute_leaderboard(
@@ -202,23 +219,48 @@ def compute_leaderboard(
     return build_leaderboard(data, request, official)
 
 
+@dataclass(frozen=True, slots=True)
+class PerQueryCorrelation:
+    """Per-query correlations and the two relevance levels they were computed at.
+
+    ``min_rating`` is the derived qrels' level (the grade threshold; trec_eval's default 1 when
+    unset), ``min_judgment`` the manual judgments' own level: the two scales differ (self-ratings
+    0..5, judgments −2..3), so one threshold for both would make every manual score 0 at τ ≥ 4.
+    """
+
+    min_rating: int
+    min_judgment: int
+    queries: dict[str, QueryCorrelation]
+
+
 def manual_per_query_correlation(
-    session: Session, collection: Collection, data: EvaluationData, request: LeaderboardRequest
-) -> dict[str, Correlation]:
+    session: Session,
+    collection: Collection,
+    data: EvaluationData,
+    request: LeaderboardRequest,
+    *,
+    min_judgment: int = params.DEFAULT_MANUAL_LEVEL,
+) -> PerQueryCorrelation:
     """Per query: systems ordered by the measure on derived qrels vs on the manual judgments."""
+    params.bounded("min_judgment", min_judgment, params.MANUAL_LEVEL)
     judgments = queries.load_judgments(session, data.pool)
     manual: Qrels = {q: {p: max(js) for p, js in docs.items()} for q, docs in judgments.items()}
     measure = parse_measure(request.measure, min_rating=request.min_rating)
     runs = data.ranking.runs(top_depth(measure))
     predicted = per_query_values(qrels_for(data, request), runs, measure)
-    return per_query_correlation(predicted, per_query_values(manual, runs, measure))
+    reference = per_query_values(manual, runs, parse_measure(request.measure, min_rating=min_judgment))
+    return PerQueryCorrelation(
+        min_rating=1 if request.min_rating is None else request.min_rating,
+        min_judgment=min_judgment,
+        queries=per_query_correlation(predicted, reference),
+    )
 
 
 def _json_number(value: float | None) -> float | None:
     return None if value is None else nan_to_none(value)
 
 
-def leaderboard_json(board: Leaderboard, per_query: dict[str, Correlation] | None = None) -> dict[str, Any]:
+def leaderboard_json(board: Leaderboard, per_query: PerQueryCorrelation | None = None) -> dict[str, Any]:
     """The ``--format json`` contract of ``rubric leaderboard``."""
     result: dict[str, Any] = {
         "measure": board.measure,
@@ -238,8 +280,18 @@ def leaderboard_json(board: Leaderboard, per_query: dict[str, Correlation] | Non
         "correlation": _correlation_json(board.correlation),
     }
     if per_query is not None:
-        result["per_query_correlation"] = {q: _correlation_json(c) for q, c in per_query.items()}
+        result["per_query_levels"] = {"min_rating": per_query.min_rating, "min_judgment": per_query.min_judgment}
+        result["per_query_correlation"] = {q: _query_json(c) for q, c in per_query.queries.items()}
     return result
+
+
+def _query_json(query: QueryCorrelation) -> dict[str, Any]:
+    """A query's correlation with ``reason`` (a code, None when defined) and ``reason_text``."""
+    return {
+        **(_correlation_json(query.correlation) or {}),
+        "reason": None if query.reason is None else query.reason.value,
+        "reason_text": None if query.reason is None else query.reason.text,
+    }
 
 
 def _correlation_json(correlation: Correlation | None) -> dict[str, Any] | None:

@@ -22,6 +22,11 @@ class Collection(TimestampMixin, Base):
     revision: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # Replaced whenever queries, the pool, systems or rankings change: the snapshot then reloads everything.
     structure_token: Mapped[str] = mapped_column(String(32), default=lambda: uuid4().hex, server_default="")
+    # The grader an organizer chose for pages and rubric-edit regrades; None: the most complete one
+    # (app/collections/graders.py).
+    primary_grader_id: Mapped[int | None] = mapped_column(
+        ForeignKey("grader.id", ondelete="SET NULL"), nullable=True, default=None
+    )
 
 
 class Query(Base):

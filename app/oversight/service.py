@@ -1,9 +1,13 @@
-"""Oversight analyses over stored grades (spec §3), as tables for the CLI and, later, the web views."""
+"""Oversight analyses over stored grades (spec §3): tables for the CLI, typed pages for the web views."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from sqlalchemy.orm import Session
 
 from app.collections import queries, snapshot
@@ -11,15 +15,22 @@ from app.collections.queries import GraderRef
 from app.evaluation import oversight
 from app.evaluation.formatting import Table
 from app.evaluation.types import GradedPool
-from app.leaderboards.service import load_evaluation_data
+from app.leaderboards.service import LeaderboardRequest, load_evaluation_data
 from app.models import Collection
+from app.oversight.impact import question_impact
 from app.rubrics.service import latest_version
+
+PER_PAGE = 50  # rows per web page; with CELL_CHARS this keeps a page well under 1 MB
+CELL_CHARS = 2_000  # a longer cell (answers, passage text) is cut on the web page
+MAX_PAGE = 1_000_000
+GRADE = (-1, 5)  # a rating filter: -1 = no rating, else the self-rating
+FILTER_CHARS = 200  # the longest query / item id a filter accepts
 
 
 def _context(
-    session: Session, collection: Collection, model: str | None, prompt_class: str | None
+    session: Session, collection: Collection, model: str | None, prompt_class: str | None, grader_id: int | None = None
 ) -> tuple[GraderRef, queries.PoolKeys, GradedPool]:
-    data = load_evaluation_data(session, collection, model=model, prompt_class=prompt_class)
+    data = load_evaluation_data(session, collection, model=model, prompt_class=prompt_class, grader_id=grader_id)
     return data.grader, data.pool, data.graded
 
 
@@ -49,12 +60,23 @@ def verify_grading_table(
     model: str | None,
     prompt_class: str | None,
     answer_prompt_class: str | None = None,
+    grader_id: int | None = None,
+    query_id: str | None = None,
 ) -> Table:
-    """Answers and ratings grouped by question, highest rating first."""
-    grader, pool, graded = _context(session, collection, model, prompt_class)
-    answers = _answers(session, collection, pool, grader, model, answer_prompt_class)
+    """Answers and ratings grouped by question, highest rating first (``grader_id`` picks the grader by id).
+
+    With ``query_id``, only that query's questions: the grades are cut before their dict form is
+    built, which is most of the cost at DL size.
+    """
+    data = load_evaluation_data(session, collection, model=model, prompt_class=prompt_class, grader_id=grader_id)
+    bank, grades = _bank(session, collection), data.grades
+    if query_id is not None:
+        bank = {query_id: bank.get(query_id, [])}
+        grades = grades.select(np.asarray(grades.pool.entry_query[grades.entry] == _query_index(grades, query_id)))
+    answers = _answers(session, collection, data.pool, data.grader, model, answer_prompt_class)
     rows: list[list[Any]] = []
-    for question in oversight.verify_grading(_bank(session, collection), graded, answers):
+    graded = grades.to_graded() if len(grades.entry) else {}  # to_graded needs at least one cell
+    for question in oversight.verify_grading(bank, graded, answers):
         for row in question.rows:
             rows.append(
                 [
@@ -78,9 +100,10 @@ def bad_questions_table(
     min_judgment: int,
     min_rating: int,
     limit: int = 20,
+    grader_id: int | None = None,
 ) -> Table:
     """Items most often rated ≥ R on passages judged non-relevant, per query (top ``limit``)."""
-    _, pool, graded = _context(session, collection, model, prompt_class)
+    _, pool, graded = _context(session, collection, model, prompt_class, grader_id)
     judgments = queries.load_judgments(session, pool)
     items = oversight.bad_questions(
         graded, judgments, _bank(session, collection), min_judgment=min_judgment, min_rating=min_rating
@@ -106,9 +129,10 @@ def uncovered_table(
     prompt_class: str | None,
     min_judgment: int,
     min_rating: int,
+    grader_id: int | None = None,
 ) -> Table:
     """Relevant passages without any high self-rating."""
-    _, pool, graded = _context(session, collection, model, prompt_class)
+    _, pool, graded = _context(session, collection, model, prompt_class, grader_id)
     judgments = queries.load_judgments(session, pool)
     texts = queries.load_texts(session, collection)
     passages = oversight.uncovered_passages(graded, judgments, texts, min_judgment=min_judgment, min_rating=min_rating)
@@ -146,3 +170,103 @@ def grid_tables(
         titles = "; ".join(f"{i.item_id}: {i.text}" for i in grid.items)
         tables.append(Table(f"Grid for query {grid.query_id}", columns, rows, footer=[titles]))
     return tables
+
+
+# ---- web pages ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RowFilter:
+    """Which rows a page shows: one query, one item, one grade (rating / best rating); None = any."""
+
+    query: str | None = None
+    item: str | None = None
+    grade: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One page of an oversight table: rows ``(page − 1)·PER_PAGE`` onward of the ``total`` filtered rows."""
+
+    title: str
+    columns: tuple[str, ...]
+    rows: tuple[tuple[Any, ...], ...]
+    total: int
+    page: int
+    pages: int
+
+
+# the column each filter reads, per table column name
+_FILTER_COLUMNS = {"query": ("query",), "item": ("item",), "grade": ("rating", "best_rating")}
+
+
+def page_of(table: Table, filters: RowFilter, page: int, per_page: int = PER_PAGE) -> Page:
+    """The filtered rows of ``table``, page ``page`` (clamped to the last page), long cells cut."""
+    rows = [row for row in table.rows if _matches(table.columns, row, filters)]
+    pages = max(1, math.ceil(len(rows) / per_page))
+    page = min(max(page, 1), pages)
+    shown = rows[(page - 1) * per_page : page * per_page]
+    return Page(
+        table.title, tuple(table.columns), tuple(tuple(_cut(v) for v in row) for row in shown), len(rows), page, pages
+    )
+
+
+def _matches(columns: Sequence[str], row: Sequence[Any], filters: RowFilter) -> bool:
+    for name, wanted in (("query", filters.query), ("item", filters.item), ("grade", filters.grade)):
+        if wanted is None:
+            continue
+        index = next((columns.index(c) for c in _FILTER_COLUMNS[name] if c in columns), None)
+        if index is not None and row[index] != wanted:
+            return False
+    return True
+
+
+def _cut(value: Any) -> Any:
+    if isinstance(value, str) and len(value) > CELL_CHARS:
+        return value[: CELL_CHARS - 1] + "…"
+    return value
+
+
+def _query_index(grades: Any, query_id: str) -> int:
+    return grades.pool.query_ids.index(query_id) if query_id in grades.pool.query_ids else -1
+
+
+def impact_table(
+    session: Session,
+    collection: Collection,
+    *,
+    model: str | None,
+    prompt_class: str | None,
+    min_rating: int,
+    query_id: str | None = None,
+    grader_id: int | None = None,
+) -> Table:
+    """Question impact (app/oversight/impact.py) on the latest rubric version's Cover leaderboard."""
+    version = latest_version(session, collection)
+    request = LeaderboardRequest(
+        measure="cover", min_rating=min_rating, bootstrap_samples=0, rubric_version=version.number if version else None
+    )
+    data = load_evaluation_data(
+        session,
+        collection,
+        model=model,
+        prompt_class=prompt_class,
+        rubric_version=request.rubric_version,
+        grader_id=grader_id,
+    )
+    texts = {(q, entry.item_id): entry.text for q, entries in _bank(session, collection).items() for entry in entries}
+    rows: list[list[Any]] = [
+        [
+            r.query_id,
+            r.item_id,
+            r.text,
+            f"{r.tau:.3f}" if r.tau == r.tau else "n/a",
+            ", ".join(f"{c.system} {c.delta:+.3f}" for c in r.changes[:3]),
+        ]
+        for r in question_impact(data, request, query_id, texts=texts)
+    ]
+    return Table(
+        f"Question impact (Cover, threshold {min_rating})",
+        ["query", "item", "question", "τ without it", "largest score changes"],
+        rows,
+    )

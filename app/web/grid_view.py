@@ -9,9 +9,6 @@ from fastapi import HTTPException
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.collections.queries import GraderSelectionError
-from app.collections.snapshot import select_grader
-from app.grading.service import GraderSpec, build_method
 from app.models import (
     BankItem,
     Collection,
@@ -40,15 +37,6 @@ class GridFilters:
     page: int = 1
 
 
-def _grader_pk(session: Session, collection: Collection, spec: GraderSpec) -> tuple[int | None, str]:
-    config = build_method(spec).config()
-    try:
-        grader = select_grader(session, collection, model=config.model, prompt_class=config.prompt_class)
-    except GraderSelectionError:
-        return None, f"{config.model} / {config.prompt_class}"
-    return grader.id, f"{grader.model} / {grader.prompt_class}"
-
-
 def _items(session: Session, collection: Collection, query: Query) -> list[BankItem]:
     pks = version_item_pks(session, latest_version(session, collection))
     found = {
@@ -74,9 +62,12 @@ def _cell(grade: Grade | None, override: GradeOverride | None) -> dict[str, Any]
 
 
 def build(
-    session: Session, collection: Collection, query: Query, spec: GraderSpec, filters: GridFilters
+    session: Session, collection: Collection, query: Query, grader_pk: int | None, filters: GridFilters
 ) -> dict[str, Any]:
-    grader_pk, grader_label = _grader_pk(session, collection, spec)
+    """The grid of ``query`` with the grades of grader ``grader_pk`` (the route resolves it: picker or primary).
+
+    None: nothing is graded in the collection yet, and every cell shows only judges' overrides.
+    """
     items = _items(session, collection, query)
     entries = session.execute(
         select(PoolEntry.id, Passage.passage_id, Passage.text)
@@ -135,7 +126,6 @@ def build(
     _attach_cells(session, grader_pk, shown_rows, items, overrides)
     all_systems = sorted({name for names in systems.values() for name, _ in names})
     return {
-        "grader": grader_label,
         "graded": grader_pk is not None,
         "columns": [{"item_id": i.item_id, "text": i.text} for i in items],
         "rows": shown_rows,

@@ -51,10 +51,20 @@ UNICODE = "名前\u202e😀\ufeff"
 NUMBERS = {"huge": HUGE, "neg-huge": "-" + HUGE, "neg": "-1", "zero": "0", "nan": "nan", "nul": "\x00", "long": LONG}
 TEXTS = {"dotdot": "../..", "slash": "/", "question": "?", "pct00": "%00", "nul": "\x00", "long": LONG}
 TEXTS |= {"unicode": UNICODE, "huge": HUGE}
-NUMERIC_DYNAMIC = {"version", "grader", "min_rating", "top_k", "a_version", "b_version", "a_grader", "b_grader"}
+NUMERIC_DYNAMIC = {"version", "grader", "min_rating", "min_judgment", "top_k", "a_version", "b_version"}
+NUMERIC_DYNAMIC |= {"a_grader", "b_grader"}
 # Parameters a route reads from request.query_params itself (no declaration FastAPI could list).
 DYNAMIC_QUERY = {
-    "/c/{name}/leaderboard": ("measure", "label", "version", "grader", "min_rating", "top_k", "overrides"),
+    "/c/{name}/leaderboard": (
+        "measure",
+        "label",
+        "version",
+        "grader",
+        "min_rating",
+        "min_judgment",
+        "top_k",
+        "overrides",
+    ),
     "/c/{name}/leaderboard.{fmt}": ("measure", "label", "version", "grader", "min_rating", "top_k"),
     "/c/{name}/qrels": ("label", "version", "grader", "min_rating"),
     "/c/{name}/compare": ("a_version", "b_version", "a_grader", "b_grader", "measure"),

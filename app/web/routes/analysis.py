@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from typing import Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
@@ -14,7 +13,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.agreement.service import as_table, build_agreement_tables
-from app.collections import queries, snapshot
+from app.collections import queries
+from app.collections.graders import GraderCoverage, grader_coverage, pick, primary_coverage
 from app.collections.queries import GraderRef, GraderSelectionError
 from app.collections.service import official_leaderboard
 from app.db import session_scope
@@ -42,9 +42,10 @@ from app.leaderboards.service import (
     score_systems,
 )
 from app.models import Collection, RubricVersion
+from app.oversight import service as oversight_pages
 from app.oversight.service import bad_questions_table, uncovered_table, verify_grading_table
 from app.rubrics.service import latest_version
-from app.web import charts
+from app.web import charts, grader_view
 from app.web.deps import CurrentUser, db, db_slot, is_htmx, optional_user, render, require
 from app.web.routes.collections import get_or_404
 from app.web.security import content_disposition
@@ -53,21 +54,21 @@ router = APIRouter()
 MEASURES = ("cover", "n-cover", "P@20", "NDCG@10", "MAP", "RR", "R-prec", "Recall@100")
 
 
-def _graders(session: Session, collection: Collection) -> list[GraderRef]:
-    """The collection's graders, from its evaluation snapshot (no scan of the grade table)."""
-    return snapshot.current(session, collection).grader_list()
+def _graders(session: Session, collection: Collection) -> list[GraderCoverage]:
+    """The collection's graders with their coverage (one GROUP BY over the collection's grades)."""
+    return grader_coverage(session, collection)
 
 
 def _grader(session: Session, collection: Collection, grader_id: int | None) -> GraderRef:
-    graders = _graders(session, collection)
-    if not graders:
+    """The grader by id (the picker), else the collection's primary grader: never the last job's by accident."""
+    coverage = _graders(session, collection)
+    if not coverage:
         raise HTTPException(404, "nothing is graded yet: launch a grading job first")
     if grader_id is None:
-        return graders[-1]
-    for grader in graders:
-        if grader.id == grader_id:
-            return grader
-    raise HTTPException(404, f"no grader {grader_id} in this collection")
+        primary = primary_coverage(session, collection, coverage)
+        assert primary is not None  # coverage is not empty
+        return primary.grader
+    return pick(coverage, grader_id).grader
 
 
 def _request(session: Session, collection: Collection, params: dict[str, Any]) -> tuple[LeaderboardRequest, GraderRef]:
@@ -86,6 +87,7 @@ def _request(session: Session, collection: Collection, params: dict[str, Any]) -
         label=str(params.get("label") or "max"),
         model=grader.model,
         prompt_class=grader.prompt_class,
+        grader_id=grader.id,
         rubric_version=version,
         include_overrides=params.get("overrides") in ("1", "on", "true"),
         bootstrap_samples=1000,
@@ -106,6 +108,8 @@ def board_view(session: Session, collection: Collection, params: dict[str, Any])
     return {
         "request": request,
         "grader": {"id": grader.id, "label": f"{grader.model} / {grader.prompt_class}"},
+        # the exports compute what this page shows: the grader it resolved, by id, whatever the URL omitted
+        "export_params": {**params, "grader": grader.id},
         "systems": [
             {
                 "name": s.system,
@@ -119,36 +123,62 @@ def board_view(session: Session, collection: Collection, params: dict[str, Any])
             for s in board.systems
         ],
         "correlation": board.correlation,
-        "per_query": _per_query_rows(session, collection, data, request),
+        "per_query": _per_query_rows(
+            session,
+            collection,
+            data,
+            request,
+            bounded_int(params, "min_judgment", bounds.MANUAL_LEVEL, bounds.DEFAULT_MANUAL_LEVEL),
+        ),
         "errorbars": charts.error_bars([(s.system, s.score, s.ci_low, s.ci_high) for s in systems]),
         "scatter": charts.rank_scatter(points),
     }
 
 
 def _per_query_rows(
-    session: Session, collection: Collection, data: EvaluationData, request: LeaderboardRequest
-) -> list[dict[str, Any]] | None:
+    session: Session,
+    collection: Collection,
+    data: EvaluationData,
+    request: LeaderboardRequest,
+    min_judgment: int | None,
+) -> dict[str, Any] | None:
     """Per query: the systems ordered by the measure on derived qrels vs on the manual judgments.
 
-    Defined for trec_eval measures (Cover has no manual counterpart); None otherwise.
+    Defined for trec_eval measures (Cover has no manual counterpart); None otherwise. The manual
+    side uses its own relevance level ``min_judgment``; an undefined query shows why.
     """
     if request.measure.lower() in COVER_MEASURES:
         return None
-    correlations = manual_per_query_correlation(session, collection, data, request)
-    return [
-        {"query": q, "spearman": c.spearman, "kendall": c.kendall, "n": c.n_systems}
-        for q, c in sorted(correlations.items())
+    result = manual_per_query_correlation(
+        session, collection, data, request, min_judgment=min_judgment or bounds.DEFAULT_MANUAL_LEVEL
+    )
+    rows = [
+        {
+            "query": q,
+            "spearman": c.correlation.spearman,
+            "kendall": c.correlation.kendall,
+            "n": c.correlation.n_systems,
+            "reason": None if c.reason is None else c.reason.text,
+        }
+        for q, c in sorted(result.queries.items())
     ]
+    return {"min_rating": result.min_rating, "min_judgment": result.min_judgment, "rows": rows}
 
 
-def _choices(session: Session, collection: Collection) -> dict[str, Any]:
+def _choices(session: Session, collection: Collection, chosen: int | None = None) -> dict[str, Any]:
+    """The pickers' options: graders with their coverage (app/web/grader_view.py), versions, measures.
+
+    ``grader_view`` is the chosen grader's option (default: the primary one), with a warning when partial.
+    """
+    graders, picked = grader_view.choices(session, collection, chosen)
     versions = session.scalars(
         select(RubricVersion.number)
         .where(RubricVersion.collection_id == collection.id, RubricVersion.status == "published")
         .order_by(RubricVersion.number.desc())
     )
     return {
-        "graders": [{"id": g.id, "label": f"{g.model} / {g.prompt_class}"} for g in _graders(session, collection)],
+        "graders": graders,
+        "grader_view": picked,
         "versions": list(versions),
         "measures": MEASURES,
     }
@@ -160,12 +190,13 @@ def leaderboard_page(
 ) -> Response:
     collection = get_or_404(session, name)
     params = dict(request.query_params)
+    board = board_view(session, collection, params)
     context = {
         "user": user,
         "collection": name,
         "params": params,
-        "board": board_view(session, collection, params),
-        **_choices(session, collection),
+        "board": board,
+        **_choices(session, collection, board["grader"]["id"]),
     }
     return render(request, "leaderboard.html", context, block="board" if is_htmx(request) else None)
 
@@ -179,14 +210,16 @@ def leaderboard_export(
     session: Session = db,
 ) -> Response:
     collection = get_or_404(session, name)
-    lb_request, _ = _request(session, collection, dict(request.query_params))
+    lb_request, grader = _request(session, collection, dict(request.query_params))
     board = compute_leaderboard(session, collection, lb_request)
+    headers = {"X-Grader-Id": str(grader.id)}  # the body's settings name it too (model, prompt class, template)
     if fmt == "json":
-        return Response(json.dumps(leaderboard_json(board), indent=1), media_type="application/json")
+        return Response(json.dumps(leaderboard_json(board), indent=1), media_type="application/json", headers=headers)
     formats = {"tsv": "tsv", "tex": "latex", "md": "md"}
     if fmt not in formats:
         raise HTTPException(404, "export as .tsv, .json, .tex or .md")
-    return PlainTextResponse(render_tables([leaderboard_table(board)], formats[fmt]))  # type: ignore[arg-type]
+    table = render_tables([leaderboard_table(board)], formats[fmt])  # type: ignore[arg-type]
+    return PlainTextResponse(table, headers=headers)
 
 
 @router.get("/c/{name}/qrels", name="qrels_export")
@@ -194,11 +227,12 @@ def qrels_export(
     name: str, request: Request, user: CurrentUser = Depends(require("viewer")), session: Session = db
 ) -> Response:
     collection = get_or_404(session, name)
-    lb_request, _ = _request(session, collection, dict(request.query_params))
+    lb_request, grader = _request(session, collection, dict(request.query_params))
     data = evaluation_data(session, collection, lb_request)
     qrels = qrels_for(data, lb_request)
     lines = [f"{q} 0 {p} {label}\n" for q, docs in sorted(qrels.items()) for p, label in sorted(docs.items())]
-    return PlainTextResponse("".join(lines), headers={"Content-Disposition": content_disposition(f"{name}.qrels")})
+    headers = {"Content-Disposition": content_disposition(f"{name}.qrels"), "X-Grader-Id": str(grader.id)}
+    return PlainTextResponse("".join(lines), headers=headers)
 
 
 @router.get("/c/{name}/compare", name="compare_page")
@@ -275,7 +309,7 @@ def agreement_view(
     min_judgment: int,
     official: dict[str, float],
 ) -> dict[str, Any]:
-    data = load_evaluation_data(session, collection, model=grader.model, prompt_class=grader.prompt_class)
+    data = load_evaluation_data(session, collection, model=None, prompt_class=None, grader_id=grader.id)
     graded, pool = data.graded, data.pool
     judgments = queries.load_judgments(session, pool)
     tables = build_agreement_tables(graded, judgments, grader.is_self_rated, [min_answers], min_judgment)
@@ -389,7 +423,7 @@ def agreement_page(
             "min_answers": min_answers,
             "min_judgment": min_judgment,
             "grader": chosen.id,
-            **_choices(session, collection),
+            **_choices(session, collection, chosen.id),
         },
     )
 
@@ -397,28 +431,11 @@ def agreement_page(
 # ---- oversight ------------------------------------------------------------------------------
 
 
-def question_impact(
-    session: Session, collection: Collection, grader: GraderRef, min_rating: int
-) -> list[dict[str, Any]]:
-    """For each item: Kendall τ between the current Cover leaderboard and the one without that item."""
-    version = latest_version(session, collection)
-    request = LeaderboardRequest(
-        measure="cover", min_rating=min_rating, bootstrap_samples=0, rubric_version=version.number if version else None
-    )
-    data = load_evaluation_data(
-        session, collection, model=grader.model, prompt_class=grader.prompt_class, rubric_version=request.rubric_version
-    )
-    base = {s.system: s.score for s in score_systems(data, request) if s.system != OVERALL}
-    rows = []
-    grades = data.grades
-    cells = zip(grades.pool.entry_query[grades.entry].tolist(), grades.item.tolist(), strict=True)
-    for query_id, item_id in sorted({(grades.pool.query_ids[q], grades.items[i]) for q, i in cells}):
-        pruned = replace(data, grades=grades.without_item(query_id, item_id))
-        scores = {s.system: s.score for s in score_systems(pruned, request) if s.system != OVERALL}
-        systems = sorted(base)
-        tau = kendalltau([base[s] for s in systems], [scores.get(s, 0.0) for s in systems]).statistic
-        rows.append({"query": query_id, "item_id": item_id, "tau": tau})
-    return sorted(rows, key=lambda r: r["tau"] if r["tau"] == r["tau"] else 1.0)
+def _page_params(min_rating: int, min_judgment: int, grader: int, filters: oversight_pages.RowFilter) -> dict[str, Any]:
+    """The query parameters a next / previous page link keeps (the empty filters left out)."""
+    kept = {"min_rating": min_rating, "min_judgment": min_judgment, "grader": grader}
+    chosen = {"query": filters.query, "item": filters.item, "grade": filters.grade}
+    return kept | {key: value for key, value in chosen.items() if value is not None}
 
 
 @router.get("/c/{name}/oversight/{view}", name="oversight_page")
@@ -429,18 +446,27 @@ def oversight_page(
     min_rating: int = Query(4, ge=bounds.MIN_RATING[0], le=bounds.MIN_RATING[1]),
     min_judgment: int = Query(2, ge=bounds.MIN_JUDGMENT_RANGE[0], le=bounds.MIN_JUDGMENT_RANGE[1]),
     grader: int | None = Query(None, ge=bounds.ID[0], le=bounds.ID[1]),
+    page: int = Query(1, ge=1, le=oversight_pages.MAX_PAGE),
+    query: str | None = Query(None, max_length=oversight_pages.FILTER_CHARS),
+    item: str | None = Query(None, max_length=oversight_pages.FILTER_CHARS),
+    grade: str | None = Query(None, max_length=20),
     user: CurrentUser = Depends(require("viewer")),
     session: Session = db,
 ) -> Response:
+    """One page (at most PER_PAGE rows) of an oversight table, filtered by query, item and grade server-side."""
     collection = get_or_404(session, name)
     chosen = _grader(session, collection, grader)
     model, prompt_class = chosen.model, chosen.prompt_class
+    filters = oversight_pages.RowFilter(
+        query or None, item or None, bounded_int({"grade": grade}, "grade", oversight_pages.GRADE)
+    )
     if view == "bad":
         table = bad_questions_table(
             session,
             collection,
             model=model,
             prompt_class=prompt_class,
+            grader_id=chosen.id,
             min_judgment=min_judgment,
             min_rating=min_rating,
         )
@@ -450,16 +476,27 @@ def oversight_page(
             collection,
             model=model,
             prompt_class=prompt_class,
+            grader_id=chosen.id,
             min_judgment=min_judgment,
             min_rating=min_rating,
         )
     elif view == "verify":
-        table = verify_grading_table(session, collection, model=model, prompt_class=prompt_class)
+        table = verify_grading_table(
+            session, collection, model=model, prompt_class=prompt_class, grader_id=chosen.id, query_id=filters.query
+        )
     elif view == "impact":
-        table = None
+        table = oversight_pages.impact_table(
+            session,
+            collection,
+            model=None,
+            prompt_class=None,
+            grader_id=chosen.id,
+            min_rating=min_rating,
+            query_id=filters.query,
+        )
     else:
         raise HTTPException(404, "views: bad, uncovered, verify, impact")
-    impact = question_impact(session, collection, chosen, min_rating) if view == "impact" else None
+    shown = oversight_pages.page_of(table, filters, page)
     return render(
         request,
         "oversight.html",
@@ -467,12 +504,13 @@ def oversight_page(
             "user": user,
             "collection": name,
             "view": view,
-            "table": table,
-            "impact": impact,
+            "table": shown,
+            "filters": filters,
+            "page_params": _page_params(min_rating, min_judgment, chosen.id, filters),
             "min_rating": min_rating,
             "min_judgment": min_judgment,
             "grader": chosen.id,
-            **_choices(session, collection),
+            **_choices(session, collection, chosen.id),
         },
     )
 

@@ -6,7 +6,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import RedirectResponse, Response
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -14,11 +14,14 @@ from starlette.concurrency import run_in_threadpool
 
 from app.collections import service
 from app.collections.errors import CollectionNotFound, ImportFormatError
+from app.collections.graders import grader_coverage, set_primary_grader
 from app.collections.importing import ImportFiles, import_into
-from app.collections.queries import collection_summaries, describe_grader, graders_of
+from app.collections.queries import collection_summaries
+from app.collections.schemas import INT32_MAX
 from app.errors import DomainError, Invalid
-from app.models import Collection, Grade, Job, Judgment, PoolEntry, Query, RubricVersion, System
+from app.models import Collection, Job, Judgment, PoolEntry, Query, RubricVersion, System
 from app.rubrics.service import latest_version
+from app.web import grader_view
 from app.web.deps import CurrentUser, db, render, require
 from app.web.security import path_for
 from app.web.uploads import receive_form
@@ -101,22 +104,9 @@ def overview(session: Session, collection: Collection) -> dict[str, Any]:
     in_collection = PoolEntry.query_pk.in_(select(Query.id).where(Query.collection_id == collection.id))
     pool = count(select(func.count()).select_from(PoolEntry).where(in_collection))
     judged = count(select(func.count(func.distinct(Judgment.pool_entry_pk))).join(PoolEntry).where(in_collection))
-    graders = []
-    for grader in graders_of(session, collection):
-        graded = count(
-            select(func.count(func.distinct(Grade.pool_entry_pk)))
-            .join(PoolEntry)
-            .where(in_collection, Grade.grader_pk == grader.id)
-        )
-        graders.append(
-            {
-                "label": describe_grader(grader),
-                "model": grader.model,
-                "prompt_class": grader.prompt_class,
-                "passages": graded,
-                "coverage": graded / pool if pool else 0.0,
-            }
-        )
+    coverage = grader_coverage(session, collection)
+    options, _ = grader_view.choices(session, collection, None, coverage)
+    graders = [{**o, "fraction": c.fraction} for o, c in zip(options, coverage, strict=True)]
     version = latest_version(session, collection)
     versions = session.scalars(
         select(RubricVersion)
@@ -134,6 +124,7 @@ def overview(session: Session, collection: Collection) -> dict[str, Any]:
         "judged": judged,
         "judged_share": judged / pool if pool else 0.0,
         "graders": graders,
+        "primary_set": collection.primary_grader_id is not None,
         "version": version.number if version else None,
         "versions": [
             {
@@ -158,3 +149,20 @@ def collection_page(
     collection = get_or_404(session, name)
     flash = request.session.pop("flash", None)
     return render(request, "collection.html", {"user": user, "c": overview(session, collection), "flash": flash})
+
+
+@router.post("/c/{name}/primary-grader", name="set_primary_grader")
+def set_primary_grader_route(
+    name: str,
+    request: Request,
+    grader: int = Form(..., ge=0, le=INT32_MAX),  # 0: no choice, the most complete grader
+    user: CurrentUser = Depends(require("organizer")),
+    session: Session = db,
+) -> Response:
+    """Set the grader every page defaults to and rubric-edit regrades use (app/collections/graders.py)."""
+    collection = get_or_404(session, name)
+    chosen = set_primary_grader(session, collection, grader or None)
+    request.session["flash"] = (
+        f"primary grader: {chosen.model} / {chosen.prompt_class}" if chosen else "primary grader: the most complete one"
+    )
+    return RedirectResponse(str(path_for(request, "collection_page", name=name)), status_code=303)

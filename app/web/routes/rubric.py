@@ -28,7 +28,7 @@ from app.rubrics.editing import EditConflict, ItemChange, apply_edit
 from app.rubrics.generation import accept_draft
 from app.rubrics.service import create_version, latest_version, version_item_pks
 from app.sqlutil import upsert
-from app.web import grid_view
+from app.web import grader_view, grid_view
 from app.web.deps import CurrentUser, db, is_htmx, render, require
 from app.web.routes.collections import get_or_404
 from app.web.security import path_for  # importing it registers the {...:any} path convertor
@@ -154,9 +154,15 @@ def save_rubric(
             "message": str(conflict),
         }
         return render(request, "rubric.html", context, block="items" if is_htmx(request) else None, status=409)
-    job = launch_after_edit(session, collection, result, collection_grader(session, collection), user.name)
+    spec = collection_grader(session, collection)  # the primary grader's spec (app/jobs/launch.py)
+    job = launch_after_edit(session, collection, result, spec, user.name)
     context = _rubric_context(session, collection, query, user)
-    context["job"] = {"id": job.id, "total": job.total, "state": job.state}
+    context["job"] = {
+        "id": job.id,
+        "total": job.total,
+        "state": job.state,
+        "grader": f"{spec.model_name} / {spec.prompt_class}",
+    }
     if is_htmx(request):
         return render(request, "rubric.html", context, block="items")
     return RedirectResponse(str(path_for(request, "rubric_page", name=name, query_id=query_id)), status_code=303)
@@ -282,19 +288,23 @@ def grid_page(
     min_grade: str = QueryParam("", pattern="^[0-5]?$"),  # "" is the form's "any"
     disagree: bool = False,
     page: int = QueryParam(1, ge=1, le=1_000_000),
+    grader: int | None = QueryParam(None, ge=1, le=INT32_MAX),
     user: CurrentUser = Depends(require("viewer")),
     session: Session = db,
 ) -> Response:
     collection = get_or_404(session, name)
     query = _query(session, collection, query_id)
     filters = grid_view.GridFilters(system or None, judged, int(min_grade) if min_grade else None, disagree, page)
-    view = grid_view.build(session, collection, query, collection_grader(session, collection), filters)
+    graders, chosen = grader_view.choices(session, collection, grader)  # default: the primary grader
+    view = grid_view.build(session, collection, query, chosen["id"] if chosen else None, filters)
     context = {
         "user": user,
         "collection": name,
         "query": {"id": query.query_id, "text": query.text},
         "grid": view,
         "filters": filters,
+        "graders": graders,
+        "grader_view": chosen,
     }
     return render(request, "grid.html", context, block="grid" if is_htmx(request) else None)
 

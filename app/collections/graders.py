@@ -1,0 +1,183 @@
+"""The grader policy: each grader's coverage of a collection, and the collection's primary grader.
+
+Pages, exports, the grid and rubric-edit regrades all read one grader. Which one is the
+collection's *primary* grader: the one an organizer set, else the most complete one (ties: the
+one that wrote most recently). A grader that a partial or cancelled job left behind is thus
+never the default while a more complete one exists, whichever job ran last.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from sqlalchemy import func, or_, select
+from sqlalchemy.orm import Session
+
+from app.collections.queries import GraderRef
+from app.errors import NotFound
+from app.models import BankItem, Collection, Grade, Grader, PoolEntry, Query, RubricVersion, RubricVersionItem
+from app.models.grading import DIRECT_ITEM
+from app.rubrics.service import latest_version
+
+
+@dataclass(frozen=True, slots=True)
+class GraderCoverage:
+    """How much of the collection one grader has graded.
+
+    ``cells_total`` is, for a rubric grader, the sum over queries of (pool entries × items of the
+    newest published rubric version for that query) — without a published version, the most
+    complete grader's count — and for a direct grader the number of pool entries. ``cells_graded``
+    counts the grader's grade rows on those cells (errors included: the cell was attempted),
+    ``queries_covered`` the queries with at least one of them. ``complete``: every cell is graded.
+    """
+
+    grader: GraderRef
+    cells_graded: int
+    cells_total: int
+    queries_covered: int
+    queries_total: int
+    last_grade: int  # the newest grade row's id: "most recent" among equally complete graders
+
+    @property
+    def complete(self) -> bool:
+        return self.cells_graded >= self.cells_total
+
+    @property
+    def fraction(self) -> float:
+        return self.cells_graded / self.cells_total if self.cells_total else 1.0
+
+    @property
+    def label(self) -> str:
+        g = self.grader
+        return f"#{g.id} {g.model} / {g.prompt_class} ({g.template_hash[:8]})"
+
+    @property
+    def summary(self) -> str:
+        return (
+            f"{self.cells_graded:,} of {self.cells_total:,} cells, "
+            f"{self.queries_covered} of {self.queries_total} queries"
+        )
+
+
+MAX_CACHED = 32  # coverage results kept per process (collection × revision), oldest dropped first
+_cache: OrderedDict[tuple[int, int, str, int | None], tuple[GraderCoverage, ...]] = OrderedDict()
+_cache_lock = threading.Lock()
+
+
+def _totals(session: Session, collection: Collection) -> tuple[int, int, int]:
+    """(rubric cells, pool entries, queries with pool entries) of the newest published version."""
+    entries = dict(
+        session.execute(
+            select(PoolEntry.query_pk, func.count())
+            .join(Query, Query.id == PoolEntry.query_pk)
+            .where(Query.collection_id == collection.id)
+            .group_by(PoolEntry.query_pk)
+        ).all()
+    )
+    version = latest_version(session, collection)
+    items: dict[int, int] = {}
+    if version is not None:
+        items = dict(
+            session.execute(
+                select(BankItem.query_pk, func.count())
+                .join(RubricVersionItem, RubricVersionItem.item_pk == BankItem.id)
+                .where(RubricVersionItem.version_pk == version.id)
+                .group_by(BankItem.query_pk)
+            ).all()
+        )
+    rubric_cells = sum(n * items.get(q, 0) for q, n in entries.items())
+    return rubric_cells, sum(entries.values()), len(entries)
+
+
+def grader_coverage(session: Session, collection: Collection) -> list[GraderCoverage]:
+    """Every grader with grades in the collection and its coverage, oldest grader first.
+
+    One GROUP BY over the collection's grades, cached per process until the collection's revision,
+    structure or newest rubric version moves (every grade write bumps the revision).
+    """
+    version = latest_version(session, collection)
+    key = (collection.id, collection.revision, collection.structure_token, version.id if version else None)
+    with _cache_lock:
+        cached = _cache.get(key)
+    if cached is None:
+        cached = _coverage(session, collection, version)
+        with _cache_lock:
+            _cache[key] = cached
+            while len(_cache) > MAX_CACHED:
+                _cache.popitem(last=False)
+    return list(cached)
+
+
+def _coverage(session: Session, collection: Collection, version: RubricVersion | None) -> tuple[GraderCoverage, ...]:
+    rubric_cells, entry_count, query_count = _totals(session, collection)
+    statement = (
+        select(Grade.grader_pk, func.count(), func.count(func.distinct(PoolEntry.query_pk)), func.max(Grade.id))
+        .join(PoolEntry, PoolEntry.id == Grade.pool_entry_pk)
+        .where(Grade.collection_id == collection.id)
+        .group_by(Grade.grader_pk)
+    )
+    if version is not None:
+        current_items = (
+            select(BankItem.item_id)
+            .join(RubricVersionItem, RubricVersionItem.item_pk == BankItem.id)
+            .where(RubricVersionItem.version_pk == version.id)
+        )
+        statement = statement.where(or_(Grade.item_id == DIRECT_ITEM, Grade.item_id.in_(current_items)))
+    counted = {pk: (graded, covered, last) for pk, graded, covered, last in session.execute(statement).all()}
+    if version is None:  # no published rubric: the most complete grader's cells are the whole
+        rubric_cells = max((graded for graded, _, _ in counted.values()), default=0)
+    # graders whose every row is on an item of an older version still count, with nothing graded
+    present = select(Grade.grader_pk).where(Grade.collection_id == collection.id).distinct()
+    graders = session.scalars(select(Grader).where(Grader.id.in_(present)).order_by(Grader.id))
+    result = []
+    for grader in graders:
+        graded, covered, last = counted.get(grader.id, (0, 0, 0))
+        total = entry_count if grader.prompt_type == "direct_grading" else rubric_cells
+        result.append(GraderCoverage(GraderRef.of(grader), graded, total, covered, query_count, last))
+    return tuple(result)
+
+
+def _most_complete(coverage: list[GraderCoverage]) -> GraderCoverage:
+    return max(coverage, key=lambda c: (c.complete, c.fraction, c.last_grade, c.grader.id))
+
+
+def primary_coverage(session: Session, collection: Collection, coverage: list[GraderCoverage]) -> GraderCoverage | None:
+    """The primary grader's entry in ``coverage``: the one set on the collection, else the most complete."""
+    if not coverage:
+        return None
+    chosen = collection.primary_grader_id
+    for entry in coverage:
+        if entry.grader.id == chosen:
+            return entry
+    return _most_complete(coverage)
+
+
+def primary_grader(session: Session, collection: Collection) -> GraderRef | None:
+    """The collection's primary grader (None before anything is graded)."""
+    entry = primary_coverage(session, collection, grader_coverage(session, collection))
+    return entry.grader if entry is not None else None
+
+
+def pick(coverage: list[GraderCoverage], grader_id: int) -> GraderCoverage:
+    """The entry of grader ``grader_id`` (a grader with grades in the collection), else NotFound."""
+    for entry in coverage:
+        if entry.grader.id == grader_id:
+            return entry
+    raise NotFound(f"no grader {grader_id} in this collection")
+
+
+def set_primary_grader(session: Session, collection: Collection, grader_id: int | None) -> GraderRef | None:
+    """Make ``grader_id`` the collection's primary grader; None goes back to "the most complete"."""
+    if grader_id is None:
+        collection.primary_grader_id = None
+        return None
+    has_grades = session.scalar(
+        select(Grade.id).where(Grade.collection_id == collection.id, Grade.grader_pk == grader_id).limit(1)
+    )
+    grader = session.get(Grader, grader_id) if has_grades is not None else None
+    if grader is None:
+        raise NotFound(f"no grader {grader_id} in this collection")
+    collection.primary_grader_id = grader.id
+    return GraderRef.of(grader)
