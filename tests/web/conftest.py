@@ -20,16 +20,27 @@ from tests.jobs.helpers import launch, wait_job
 PASSWORDS = {"viewer": "reads-the-grid-1", "judge": "grades-cells-2", "organizer": "runs-the-show-3"}
 
 
-@pytest.fixture
-def web_db(sqlite_db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Database:
+def seed_web(database: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Database:
+    """The sample collection graded by the default grader (embedded worker), with one user per role."""
     monkeypatch.delenv("RUBRIC_REDIS_URL", raising=False)
     get_settings.cache_clear()
     import_sample(tmp_path)
-    wait_job(sqlite_db, launch(sqlite_db))
+    wait_job(database, launch(database))
     with session_scope() as session:
         for role, password in PASSWORDS.items():
             create_user(session, role, role, password)
-    return sqlite_db
+    return database
+
+
+@pytest.fixture
+def web_db(sqlite_db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Database:
+    return seed_web(sqlite_db, tmp_path, monkeypatch)
+
+
+@pytest.fixture
+def web_db_any(database: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Database:
+    """``web_db`` on SQLite and on PostgreSQL."""
+    return seed_web(database, tmp_path, monkeypatch)
 
 
 @pytest.fixture

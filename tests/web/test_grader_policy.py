@@ -11,38 +11,26 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from app.accounts.service import create_user
 from app.collections.export import write_interchange
 from app.collections.graders import grader_coverage, primary_grader
 from app.collections.importing import ImportFiles, import_files
 from app.collections.revision import next_revision
 from app.collections.service import get_collection
-from app.config import get_settings
-from app.db import session_scope
 from app.grading.service import GraderSpec
 from app.jobs.launch import collection_grader
 from app.models import Grade, Grader, Job, PoolEntry, Query
 from app.web.main import create_app
 from tests.conftest import Database
-from tests.grading.conftest import import_sample
-from tests.jobs.helpers import launch, wait_job
-from tests.web.conftest import PASSWORDS, login
+from tests.web.conftest import login
 
 Q = "bees"
 VIEWS = ("bad", "uncovered", "verify", "impact")
 
 
 @pytest.fixture
-def graded(database: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Database:
+def graded(web_db_any: Database) -> Database:
     """The sample collection graded by the default grader, on SQLite and PostgreSQL, with one user per role."""
-    monkeypatch.delenv("RUBRIC_REDIS_URL", raising=False)
-    get_settings.cache_clear()
-    import_sample(tmp_path)
-    wait_job(database, launch(database))
-    with session_scope() as session:
-        for role, password in PASSWORDS.items():
-            create_user(session, role, role, password)
-    return database
+    return web_db_any
 
 
 @pytest.fixture
