@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 
 from fastapi import Depends, FastAPI
@@ -29,12 +29,20 @@ log = logging.getLogger(__name__)
 
 @asynccontextmanager
 async def _periodic_sweep(app: FastAPI) -> AsyncIterator[None]:
-    """The web process requeues orphaned batches every so often, so no job hangs in "running"."""
+    """The web process requeues orphaned batches every so often, so no job hangs in "running".
+
+    On shutdown a sweep already running is awaited, not abandoned: a sweep thread that outlived
+    its app would go on to read whatever database the settings name next (another app, a test).
+    """
     stale = get_settings().job_stale_seconds
+    stopping = asyncio.Event()
 
     async def loop() -> None:
         while True:
-            await asyncio.sleep(max(stale / 3, 1.0))
+            with suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), timeout=max(stale / 3, 1.0))
+            if stopping.is_set():
+                return
             try:
                 await asyncio.to_thread(sweep_orphans, stale)
             except Exception:  # noqa: BLE001  a failed sweep is retried on the next tick
@@ -44,7 +52,11 @@ async def _periodic_sweep(app: FastAPI) -> AsyncIterator[None]:
     try:
         yield
     finally:
-        task.cancel()
+        stopping.set()
+        try:
+            await asyncio.wait_for(task, timeout=60)
+        except TimeoutError:
+            log.warning("a sweep was still running at shutdown")
 
 
 def create_app() -> FastAPI:
