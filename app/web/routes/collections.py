@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from app.collections import service
-from app.collections.errors import CollectionNotFound, ImportFormatError
+from app.collections.errors import ImportFormatError
 from app.collections.graders import grader_coverage, set_primary_grader
 from app.collections.importing import ImportFiles, import_into
 from app.collections.queries import collection_summaries
@@ -30,12 +30,8 @@ router = APIRouter()
 
 
 def get_or_404(session: Session, name: str) -> Collection:
-    from fastapi import HTTPException
-
-    try:
-        return service.get_collection(session, name)
-    except CollectionNotFound as error:
-        raise HTTPException(404, str(error)) from None
+    """The named collection; ``CollectionNotFound`` is a ``NotFound``, which app/web/errors.py answers with 404."""
+    return service.get_collection(session, name)
 
 
 @router.get("/", name="collections_page")

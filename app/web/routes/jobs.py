@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from fastapi import APIRouter, Depends, Form, HTTPException, Request
+from fastapi import APIRouter, Depends, Form, Request
 from fastapi import Path as PathParam
 from fastapi.responses import RedirectResponse, Response
 from sqlalchemy import select
@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from app.collections.schemas import ID_MAX, MODEL_MAX, NO_NUL, PROMPT_CLASS_MAX, QUERY_ID_MAX, SYSTEM_NAME_MAX
 from app.config import get_settings
-from app.errors import Invalid
+from app.errors import Invalid, NotFound
 from app.grading.engine import CellScope
 from app.grading.models import configured_models, model_for_label
 from app.grading.prompts import prompt_class_names
@@ -191,6 +191,13 @@ def generate(
     return RedirectResponse(f"{path_for(request, 'jobs_page', name=name)}#job-{job.id}", status_code=303)
 
 
+def _job_or_404(session: Session, job_id: int) -> Job:
+    job = session.get(Job, job_id)
+    if job is None:
+        raise NotFound(f"no job {job_id}")
+    return job
+
+
 @router.post("/jobs/{job_id}/cancel", name="cancel")
 def cancel(
     request: Request,
@@ -198,9 +205,7 @@ def cancel(
     user: CurrentUser = Depends(require("organizer")),
     session: Session = db,
 ) -> Response:
-    job = session.get(Job, job_id)
-    if job is None:
-        raise HTTPException(404, f"no job {job_id}")
+    job = _job_or_404(session, job_id)
     service.cancel(session, job)
     collection = job.collection_id
     target = path_for(request, "jobs_page", name=session.get_one(Collection, collection).name)
@@ -214,9 +219,7 @@ def job_page(
     user: CurrentUser = Depends(require("viewer")),
     session: Session = db,
 ) -> Response:
-    job = session.get(Job, job_id)
-    if job is None:
-        raise HTTPException(404, f"no job {job_id}")
+    job = _job_or_404(session, job_id)
     errors = session.execute(
         select(JobBatch.number, JobBatch.error).where(JobBatch.job_pk == job_id, JobBatch.error.is_not(None))
     ).all()
