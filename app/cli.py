@@ -6,6 +6,7 @@ import json
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -18,6 +19,7 @@ from sqlalchemy.exc import OperationalError
 from app.db import is_busy
 from app.errors import DomainError
 from app.evaluation.formatting import TableFormat, render_tables
+from app.leaderboards import measures
 
 app = typer.Typer(
     help="Rubric Workbench: evaluate search and RAG systems with LLM-graded rubrics.", no_args_is_help=True
@@ -33,7 +35,14 @@ err = Console(stderr=True, markup=False, emoji=False, highlight=False)
 CollectionArg = Annotated[str, typer.Argument(help="Collection name.")]
 ModelOpt = Annotated[str | None, typer.Option("--model", help="Grader model (GradeFilter llm).")]
 PromptClassOpt = Annotated[str | None, typer.Option("--prompt-class", help="Grader prompt class.")]
+GraderOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--grader", min=1, max=2**63 - 1, help="Grader by id (default: the collection's primary grader)."
+    ),
+]
 FormatOpt = Annotated[str, typer.Option("--format", help="tsv, json, md or latex.")]
+MEASURE_HELP = measures.HELP
 
 
 def _fail(message: str) -> None:
@@ -53,7 +62,7 @@ def _user_errors() -> Iterator[None]:
     except OperationalError as exc:
         if not is_busy(exc):
             raise
-        _fail("the database is locked by another process (a running job or import); try again in a moment")
+        _fail("the database is busy: locked by another process (a running job or import); try again in a moment")
 
 
 @contextmanager
@@ -91,7 +100,8 @@ def db_upgrade() -> None:
     from app.config import get_settings
     from app.migrate import upgrade
 
-    upgrade(get_settings().database_url)
+    with _user_errors():
+        upgrade(get_settings().database_url)
     err.print("database is up to date")
 
 
@@ -145,9 +155,7 @@ def import_command(
 @app.command("leaderboard")
 def leaderboard_command(
     collection: CollectionArg,
-    measure: Annotated[
-        str, typer.Option("--measure", help="cover, n-cover, or a trec_eval measure (P@20, NDCG@10, MAP, RR…).")
-    ],
+    measure: Annotated[str, typer.Option("--measure", help=MEASURE_HELP)],
     min_rating: Annotated[
         int | None,
         typer.Option("--min-rating", min=0, max=1000, help="Relevance threshold τ (trec_eval -l; Cover threshold)."),
@@ -156,6 +164,7 @@ def leaderboard_command(
         int, typer.Option("--top-k", min=1, max=10_000, help="Cover's rank cut-off (inclusive, raw rank).")
     ] = 20,
     label: Annotated[str, typer.Option("--label", help="Qrels label: max, min-answers:M or count.")] = "max",
+    grader: GraderOpt = None,
     model: ModelOpt = None,
     prompt_class: PromptClassOpt = None,
     rubric_version: Annotated[
@@ -185,47 +194,48 @@ def leaderboard_command(
         ),
     ] = 2,
 ) -> None:
-    """Score every system and correlate with the official leaderboard."""
+    """Score every system and correlate with the official leaderboard (the web's leaderboard page)."""
     from app.collections.readers import read_official
     from app.collections.service import get_collection
     from app.config import get_settings
     from app.leaderboards import service
+    from app.leaderboards.analysis import leaderboard_analysis, leaderboard_analysis_json
 
     settings = get_settings()
     output = _format(fmt)
-    request = service.LeaderboardRequest(
-        measure=measure,
-        min_rating=min_rating,
-        top_k=top_k,
-        label=label,
-        model=model,
-        prompt_class=prompt_class,
-        rubric_version=rubric_version,
-        reference_rounding=reference_rounding,
-        bootstrap_samples=bootstrap if bootstrap is not None else settings.bootstrap_samples,
-        bootstrap_seed=seed if seed is not None else settings.bootstrap_seed,
-    )
-    with _user_errors(), _session() as session:
-        service.check_request(request)
-        target = get_collection(session, collection)
-        ranks = {system: rank for _, system, rank in read_official(official)} if official else None
-        data = service.load_evaluation_data(
-            session, target, model=model, prompt_class=prompt_class, rubric_version=rubric_version
+    with _user_errors():  # the settings are checked before any database work: a bad option names itself
+        checked = service.check_request(
+            service.LeaderboardRequest(
+                measure=measure,
+                min_rating=min_rating,
+                top_k=top_k,
+                label=label,
+                rubric_version=rubric_version,
+                reference_rounding=reference_rounding,
+                bootstrap_samples=bootstrap if bootstrap is not None else settings.bootstrap_samples,
+                bootstrap_seed=seed if seed is not None else settings.bootstrap_seed,
+            )
         )
-        if ranks is None:
-            from app.collections.service import official_leaderboard
-
-            ranks = official_leaderboard(session, target) or None
-        board = service.build_leaderboard(data, request, ranks)
-        per_query = None
-        if per_query_correlation:
-            if measure.lower() in service.COVER_MEASURES:
-                _fail("--per-query-correlation needs a trec_eval measure")
-            per_query = service.manual_per_query_correlation(session, target, data, request, min_judgment=min_judgment)
+    if per_query_correlation and checked.is_cover:
+        _fail("--per-query-correlation needs a trec_eval measure")
+    with _user_errors(), _session() as session:
+        target = get_collection(session, collection)
+        request = replace(checked, grader_id=_grader_id(session, target, grader, model, prompt_class))
+        ranks = {system: rank for _, system, rank in read_official(official)} if official else None
+        result = leaderboard_analysis(
+            session, target, request, official=ranks, per_query_level=min_judgment if per_query_correlation else None
+        )
     if output == "json":
-        typer.echo(json.dumps(service.leaderboard_json(board, per_query), indent=1))
+        typer.echo(json.dumps(leaderboard_analysis_json(result), indent=1))
     else:
-        typer.echo(service.leaderboard_table(board).render(output), nl=False)
+        typer.echo(service.leaderboard_table(result.board).render(output), nl=False)
+
+
+def _grader_id(session: Any, target: Any, grader: int | None, model: str | None, prompt_class: str | None) -> int:
+    """The one grader ``--grader`` or ``--model``/``--prompt-class`` name (else ``error:`` listing the candidates)."""
+    from app.collections.graders import resolve_grader
+
+    return resolve_grader(session, target, grader_id=grader, model=model, prompt_class=prompt_class).id
 
 
 @export_app.command("qrels")
@@ -236,6 +246,7 @@ def export_qrels(
     min_rating: Annotated[
         int | None, typer.Option("--min-rating", min=0, max=1000, help="τ for --label count.")
     ] = None,
+    grader: GraderOpt = None,
     model: ModelOpt = None,
     prompt_class: PromptClassOpt = None,
     rubric_version: Annotated[int | None, typer.Option("--rubric-version", min=1, max=2**31 - 1)] = None,
@@ -244,16 +255,20 @@ def export_qrels(
     from app.collections.service import get_collection
     from app.evaluation.qrels import format_qrels
     from app.leaderboards import service
+    from app.leaderboards.measures import DEFAULT
 
     with _user_errors(), _session() as session:
         target = get_collection(session, collection)
-        data = service.load_evaluation_data(
-            session, target, model=model, prompt_class=prompt_class, rubric_version=rubric_version
-        )
         request = service.check_request(
-            service.LeaderboardRequest(measure="qrels", min_rating=min_rating, label=label), with_measure=False
+            service.LeaderboardRequest(
+                measure=DEFAULT,  # qrels need no measure: only the label rule and the level
+                min_rating=min_rating,
+                label=label,
+                grader_id=_grader_id(session, target, grader, model, prompt_class),
+                rubric_version=rubric_version,
+            )
         )
-        text = format_qrels(service.qrels_for(data, request))
+        text = format_qrels(service.qrels_for(service.evaluation_data(session, target, request), request))
     out.write_text(text, encoding="utf-8")
     err.print(f"wrote {text.count(chr(10))} qrels lines to {out}")
 
@@ -295,69 +310,223 @@ def agreement_command(
     min_judgment: Annotated[
         int, typer.Option("--min-judgment", min=-2, max=4, help="Lowest relevant judgment (2 for TREC DL).")
     ] = 1,
+    grader: GraderOpt = None,
     model: ModelOpt = None,
     prompt_class: PromptClassOpt = None,
+    sweep: Annotated[
+        bool,
+        typer.Option(
+            "--sweep",
+            help="Also the threshold sweep, per-item κ and the overrides' agreement (the web's agreement page); "
+            "JSON becomes an object with 'tables'.",
+        ),
+    ] = False,
     fmt: FormatOpt = "md",
 ) -> None:
     """Cohen's κ tables (GRADED, MERGE, LENIENT, STRICT) with their confusion counts."""
     from app.agreement import service
+    from app.agreement.analysis import agreement_analysis, agreement_analysis_json, agreement_analysis_tables
     from app.collections.service import get_collection
 
     output = _format(fmt)
+    levels = min_answers or list(service.MIN_ANSWERS_DEFAULT)
     with _user_errors(), _session() as session:
-        tables = service.agreement_tables(
-            session,
-            get_collection(session, collection),
-            min_answers=min_answers or list(service.MIN_ANSWERS_DEFAULT),
-            min_judgment=min_judgment,
-            model=model,
-            prompt_class=prompt_class,
-        )
-    if output == "json":
+        target = get_collection(session, collection)
+        grader_id = _grader_id(session, target, grader, model, prompt_class)
+        if sweep:
+            result = agreement_analysis(
+                session, target, grader_id=grader_id, min_answers=tuple(levels), min_judgment=min_judgment
+            )
+        else:
+            tables = service.agreement_tables(
+                session, target, min_answers=levels, min_judgment=min_judgment, grader_id=grader_id
+            )
+    if sweep and output == "json":
+        typer.echo(json.dumps(agreement_analysis_json(result), indent=1))
+    elif sweep:
+        typer.echo(render_tables(agreement_analysis_tables(result), output), nl=False)
+    elif output == "json":
         typer.echo(json.dumps(service.agreement_json(tables), indent=1))
     else:
         typer.echo(render_tables([service.as_table(t) for t in tables], output), nl=False)
 
 
+@app.command("compare")
+def compare_command(
+    collection: CollectionArg,
+    measure: Annotated[str, typer.Option("--measure", help=MEASURE_HELP)] = "cover",
+    a_grader: Annotated[
+        int | None, typer.Option("--a-grader", min=1, max=2**63 - 1, help="A's grader id (default: --grader).")
+    ] = None,
+    a_version: Annotated[
+        int | None, typer.Option("--a-version", min=1, max=2**31 - 1, help="A's rubric version (default: newest).")
+    ] = None,
+    b_grader: Annotated[
+        int | None, typer.Option("--b-grader", min=1, max=2**63 - 1, help="B's grader id (default: --grader).")
+    ] = None,
+    b_version: Annotated[
+        int | None, typer.Option("--b-version", min=1, max=2**31 - 1, help="B's rubric version (default: newest).")
+    ] = None,
+    grader: GraderOpt = None,
+    model: ModelOpt = None,
+    prompt_class: PromptClassOpt = None,
+    min_rating: Annotated[
+        int | None, typer.Option("--min-rating", min=0, max=1000, help="Relevance threshold τ (default 4).")
+    ] = 4,
+    top_k: Annotated[int, typer.Option("--top-k", min=1, max=10_000, help="Cover's rank cut-off.")] = 20,
+    label: Annotated[str, typer.Option("--label", help="Qrels label: max, min-answers:M or count.")] = "max",
+    fmt: Annotated[str, typer.Option("--format", help="tsv, json or md.")] = "tsv",
+) -> None:
+    """Two leaderboards side by side (rubric versions or graders): rank changes and Kendall τ (the web's compare)."""
+    from app.collections.service import get_collection
+    from app.leaderboards.analysis import compare_analysis, compare_json, compare_table
+
+    output = _format(fmt)
+    with _user_errors(), _session() as session:
+        target = get_collection(session, collection)
+        default = None if a_grader and b_grader else _grader_id(session, target, grader, model, prompt_class)
+        sides = [
+            _side(session, target, grader_id or default, version, measure, min_rating, top_k, label)
+            for grader_id, version in ((a_grader, a_version), (b_grader, b_version))
+        ]
+        result = compare_analysis(*sides)
+    if output == "json":
+        typer.echo(json.dumps(compare_json(result), indent=1))
+    else:
+        typer.echo(compare_table(result).render(output), nl=False)
+
+
+def _side(
+    session: Any,
+    target: Any,
+    grader_id: int | None,
+    version: int | None,
+    measure: str,
+    min_rating: int | None,
+    top_k: int,
+    label: str,
+) -> Any:
+    """One side of ``rubric compare``: the leaderboard the web's compare page shows for it (no CIs)."""
+    from app.collections.graders import resolve_grader
+    from app.leaderboards import service
+    from app.leaderboards.analysis import leaderboard_analysis
+
+    chosen = resolve_grader(session, target, grader_id=grader_id)
+    request = service.LeaderboardRequest(
+        measure=measure,
+        min_rating=min_rating,
+        top_k=top_k,
+        label=label,
+        grader_id=chosen.id,
+        rubric_version=version if version is not None else service.default_version(session, target, chosen),
+        bootstrap_samples=0,
+    )
+    return leaderboard_analysis(session, target, service.check_request(request))
+
+
 @app.command("verify")
 def verify_command(
     collection: CollectionArg,
-    analysis: Annotated[str, typer.Argument(help="grading, bad-questions, uncovered or grid.")],
+    analysis: Annotated[
+        str,
+        typer.Argument(
+            help="grading, bad-questions, uncovered, impact (the web's oversight views verify, bad, uncovered, "
+            "impact) or grid."
+        ),
+    ],
     min_rating: Annotated[int, typer.Option("--min-rating", min=0, max=1000, help="High self-rating threshold R.")] = 4,
-    min_judgment: Annotated[int, typer.Option("--min-judgment", min=-2, max=4, help="Lowest relevant judgment J.")] = 1,
+    min_judgment: Annotated[
+        int, typer.Option("--min-judgment", min=-2, max=4, help="Lowest relevant judgment J (the web's default, 2).")
+    ] = 2,
+    grader: GraderOpt = None,
     model: ModelOpt = None,
     prompt_class: PromptClassOpt = None,
     answer_prompt_class: Annotated[
         str | None, typer.Option("--answer-prompt-class", help="Grader whose answers to show.")
     ] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, max=100_000, help="bad-questions: items per query.")] = 20,
+    query: Annotated[str | None, typer.Option("--query", help="Only this query (impact: default the first).")] = None,
+    item: Annotated[str | None, typer.Option("--item", help="Only this item.")] = None,
+    grade: Annotated[
+        int | None, typer.Option("--grade", min=-1, max=5, help="Only this rating (uncovered: best rating); -1 none.")
+    ] = None,
+    page: Annotated[
+        int | None,
+        typer.Option(
+            "--page", min=1, max=1_000_000, help="One page of 50 rows, as the web shows it (default: all rows)."
+        ),
+    ] = None,
     fmt: FormatOpt = "tsv",
 ) -> None:
-    """Oversight analyses: verify grading, spurious questions, uncovered passages, the grid."""
+    """Oversight analyses: verify grading, spurious questions, uncovered passages, question impact, the grid.
+
+    With --page N the output is the web page's data (``--format json``: rows, total, pages, filters,
+    grader), equal to /c/COLLECTION/oversight/VIEW?page=N with the same settings.
+    """
+    from app.collections.graders import resolve_grader
     from app.collections.service import get_collection
     from app.oversight import service
 
     output = _format(fmt)
-    common: dict[str, Any] = {"model": model, "prompt_class": prompt_class}
+    if analysis != "grid" and analysis not in service.VIEWS:
+        _fail(f"unknown analysis {analysis!r}: use grading, bad-questions, uncovered, impact or grid")
+    for name, value in (("--query", query), ("--item", item)):
+        if value is not None and len(value) > service.FILTER_CHARS:
+            _fail(f"{name} is at most {service.FILTER_CHARS} characters")
     with _user_errors(), _session() as session:
         target = get_collection(session, collection)
-        if analysis == "grading":
-            tables = [service.verify_grading_table(session, target, answer_prompt_class=answer_prompt_class, **common)]
-        elif analysis == "bad-questions":
-            tables = [
-                service.bad_questions_table(
-                    session, target, min_judgment=min_judgment, min_rating=min_rating, limit=limit, **common
-                )
-            ]
-        elif analysis == "uncovered":
-            tables = [
-                service.uncovered_table(session, target, min_judgment=min_judgment, min_rating=min_rating, **common)
-            ]
-        elif analysis == "grid":
-            tables = service.grid_tables(session, target, answer_prompt_class=answer_prompt_class, **common)
-        else:
-            _fail(f"unknown analysis {analysis!r}: use grading, bad-questions, uncovered or grid")
-    typer.echo(render_tables(tables, output), nl=False)
+        chosen = resolve_grader(session, target, grader_id=grader, model=model, prompt_class=prompt_class)
+        answers = (
+            resolve_grader(session, target, model=model, prompt_class=answer_prompt_class)
+            if answer_prompt_class
+            else None
+        )
+        if analysis == "grid":
+            typer.echo(
+                render_tables(service.grid_tables(session, target, chosen, answer_grader=answers), output), nl=False
+            )
+            return
+        shown = service.oversight_page(
+            session,
+            target,
+            service.VIEWS[analysis],
+            chosen,
+            thresholds=service.Thresholds(min_rating, min_judgment),
+            filters=service.RowFilter(query or None, item or None, grade),
+            page=page or 1,
+            per_page=service.PER_PAGE if page is not None else None,
+            answer_grader=answers,
+            per_query_limit=limit,
+        )
+    if page is not None and output == "json":
+        typer.echo(json.dumps(shown.as_json(), indent=1, ensure_ascii=False))
+    else:
+        typer.echo(render_tables([shown.as_table(pager=page is not None)], output), nl=False)
+
+
+# Options of every command that runs an LLM (grade, generate); the bounds are the CLI's validation.
+SeedOpt = Annotated[
+    int | None,
+    typer.Option("--seed", min=0, max=2**31 - 1, help="openai: sent as `seed` (the preflight checks it is taken)."),
+]
+MaxNewTokensOpt = Annotated[
+    int | None, typer.Option("--max-new-tokens", min=1, max=131_072, help="Output tokens per answer (generate mode).")
+]
+TimeoutOpt = Annotated[
+    float, typer.Option("--timeout", min=1.0, max=3600.0, help="openai: seconds per request before it is retried.")
+]
+MaxRetriesOpt = Annotated[
+    int, typer.Option("--max-retries", min=0, max=20, help="openai: retries of a 429, 5xx, timeout or lost connection.")
+]
+MaxConsecutiveErrorsOpt = Annotated[
+    int,
+    typer.Option(
+        "--max-consecutive-errors",
+        min=0,
+        max=1_000_000,
+        help="Stop after this many cells in a row failed with the same kind of error (0: never stop).",
+    ),
+]
 
 
 @app.command("grade")
@@ -395,10 +564,20 @@ def grade_command(
     json_mode: Annotated[bool, typer.Option("--json-mode", help="Append the reference JSON instruction.")] = False,
     custom_prompt: Annotated[Path | None, typer.Option("--custom-prompt", help="Template file.")] = None,
     custom_parser: Annotated[str, typer.Option("--custom-parser", help="rating, yes_no or free.")] = "rating",
+    seed: SeedOpt = None,
+    max_new_tokens: MaxNewTokensOpt = None,
+    timeout: TimeoutOpt = 120.0,
+    max_retries: MaxRetriesOpt = 6,
+    max_consecutive_errors: MaxConsecutiveErrorsOpt = 20,
 ) -> None:
-    """Grade every cell of a collection; cached cells cost no model call, and a rerun resumes."""
+    """Grade every cell of a collection; cached cells cost no model call, and a rerun resumes.
+
+    An openai backend is preflighted first (one tiny request). Exit status: 0 every cell graded,
+    1 some cells ended in error (or fail-fast stopped the run; rerun to resume), 2 a usage error.
+    """
     from app.collections.service import get_collection
     from app.grading.engine import CellScope, grade_cells
+    from app.grading.preflight import preflight_method
     from app.grading.service import GraderSpec, build_method, plan_for
 
     spec = GraderSpec(
@@ -417,6 +596,11 @@ def grade_command(
         json_mode=json_mode,
         custom_prompt=str(custom_prompt) if custom_prompt else None,
         custom_parser=custom_parser,
+        seed=seed,
+        max_new_tokens=max_new_tokens,
+        timeout=timeout,
+        max_retries=max_retries,
+        max_consecutive_errors=max_consecutive_errors,
     )
     _check_choice("--backend", backend, ("hf", "openai", "similarity", "hf-qa"))
     _check_choice("--mode", mode, ("generate", "score"))
@@ -425,21 +609,49 @@ def grade_command(
         target = get_collection(session, collection)
         method = build_method(spec)
         cells = plan_for(session, target, spec, rubric_version, scope)
+        session.commit()  # no transaction stays open across the preflight or the model calls
+        checked = preflight_method(method) if cells else None
+        if checked is not None:
+            err.print(checked.describe())
         with _grading_progress(len(cells)) as update:
 
             def commit_batch(report: Any) -> None:
                 session.commit()
                 update(report)
 
-            report = grade_cells(session, method, cells, after_batch=commit_batch)
+            report = grade_cells(
+                session, method, cells, after_batch=commit_batch, max_consecutive_errors=max_consecutive_errors
+            )
     label = method.config()
     err.print(
-        f"graded {report.total} cells of {collection!r} with {label.model} / {label.prompt_class}: "
+        f"graded {len(cells) - report.not_sent} cells of {collection!r} with {label.model} / {label.prompt_class}: "
         f"{report.graded} model prompts, {report.cached} cached, {report.deduplicated} deduplicated, "
-        f"{report.errors} errors"
+        f"{report.errors} errors",
+        soft_wrap=True,
     )
-    for sample in report.error_samples:
-        err.print(f"  error: {sample}", highlight=False, markup=False)
+    _print_run_summary(report)
+    if report.errors or report.stopped:
+        raise typer.Exit(1)
+
+
+def _print_run_summary(report: Any) -> None:
+    """Errors by kind (count and one example each), flagged score grades, and why a run stopped."""
+    from app.config import get_settings
+
+    if report.errors:
+        err.print("errors by kind:")
+        for line in report.summary.lines():
+            err.print(f"  {line}", soft_wrap=True)
+    if report.low_mass:
+        threshold = get_settings().score_min_valid_mass
+        err.print(
+            f"flagged: {report.low_mass} score grades with valid_mass < {threshold} (their grade tokens held less "
+            "than that share of the next-token distribution; see README, score mode over HTTP)",
+            soft_wrap=True,
+        )
+    if report.stopped:
+        resume = f"{report.not_sent} cells not sent (rerun the same command to resume)"
+        err.print(f"{report.stopped}; {resume}", soft_wrap=True)
 
 
 def _check_choice(option: str, value: str, allowed: tuple[str, ...]) -> None:
@@ -477,22 +689,48 @@ def generate_command(
     query: Annotated[list[str] | None, typer.Option("--query", help="Only this query; repeatable.")] = None,
     base_url: Annotated[str | None, typer.Option("--base-url", help="OpenAI-compatible endpoint.")] = None,
     device: Annotated[str, typer.Option("--device", help="cpu or cuda.")] = "cpu",
+    seed: SeedOpt = None,
+    max_new_tokens: Annotated[
+        int, typer.Option("--max-new-tokens", min=1, max=131_072, help="Output tokens per drafted answer.")
+    ] = 512,
+    timeout: TimeoutOpt = 120.0,
+    max_retries: MaxRetriesOpt = 6,
+    max_consecutive_errors: MaxConsecutiveErrorsOpt = 20,
 ) -> None:
-    """Draft a test bank with an LLM into a draft rubric version (accept it with `rubric accept-draft`)."""
+    """Draft a test bank with an LLM into a draft rubric version (accept it with `rubric accept-draft`).
+
+    An openai backend is preflighted first (one tiny request) and fails in seconds when it cannot answer.
+    """
     from app.collections.service import get_collection
+    from app.grading.preflight import preflight_backend
     from app.grading.service import GraderSpec, build_backend
     from app.rubrics.generation import draft_bank
 
     _check_choice("--kind", kind, ("questions", "nuggets"))
     _check_choice("--style", style, ("dl", "car", "paper-dl", "paper-car"))
     _check_choice("--backend", backend, ("hf", "openai"))
-    spec = GraderSpec(backend=backend, model=model, base_url=base_url, device=device, max_new_tokens=512)  # type: ignore[arg-type]
+    spec = GraderSpec(
+        backend=backend,  # type: ignore[arg-type]
+        model=model,
+        base_url=base_url,
+        device=device,
+        max_new_tokens=max_new_tokens,
+        seed=seed,
+        timeout=timeout,
+        max_retries=max_retries,
+        max_consecutive_errors=max_consecutive_errors,
+    )
     with _user_errors(), _session() as session:
         target = get_collection(session, collection)
+        session.commit()  # no transaction stays open across the preflight
+        drafter = build_backend(spec)
+        checked = preflight_backend(drafter, "generate")
+        if checked is not None:
+            err.print(checked.describe())
         report = draft_bank(
             session,
             target,
-            build_backend(spec),
+            drafter,
             kind=kind,  # type: ignore[arg-type]
             style=style,  # type: ignore[arg-type]
             n=n,
@@ -541,14 +779,33 @@ def prompts_command() -> None:
         )
 
 
-@app.command("collections")
-def collections_command() -> None:
-    """List collections with their sizes."""
+collections_app = typer.Typer(help="List collections with their sizes; rename one.")
+app.add_typer(collections_app, name="collections")
+
+
+@collections_app.callback(invoke_without_command=True)
+def collections_command(context: typer.Context) -> None:
+    """List collections with their sizes (name, queries, passages, systems), or run a subcommand."""
+    if context.invoked_subcommand is not None:
+        return
     from app.collections.queries import collection_summaries
 
-    with _session() as session:
+    with _user_errors(), _session() as session:
         for row in collection_summaries(session):
             typer.echo("\t".join(str(v) for v in row))
+
+
+@collections_app.command("rename")
+def collections_rename(
+    old: Annotated[str, typer.Argument(help="The collection's current name.")],
+    new: Annotated[str, typer.Argument(help="Its new name (letters, digits, '.', '_', '-').")],
+) -> None:
+    """Rename a collection, e.g. one stored before the naming rule, which the web cannot link to."""
+    from app.collections.service import rename_collection
+
+    with _user_errors(), _session() as session:
+        rename_collection(session, old, new)
+    err.print(f"renamed collection {old!r} to {new!r}")
 
 
 user_app = typer.Typer(help="Accounts of the web workbench.", no_args_is_help=True)

@@ -28,6 +28,11 @@ class Settings(BaseSettings):
     # OpenAI-compatible grading backend; the key may also come from OPENAI_API_KEY.
     openai_base_url: str | None = None
     openai_api_key: str | None = None
+    # Preflight: its one request waits at most this long (a dead or wrong server fails in seconds).
+    openai_preflight_timeout: float = Field(default=20.0, gt=0, le=600)
+    # Score mode: a grade whose answer tokens held less than this share of the next-token
+    # distribution (valid_mass) is flagged in the run's summary; the grade itself is kept.
+    score_min_valid_mass: float = Field(default=0.5, ge=0, le=1)
     # Jobs: a running batch writes a heartbeat every job_heartbeat_seconds, whatever its length; one
     # whose heartbeat is older than job_stale_seconds is requeued by the sweep, which runs every
     # job_stale_seconds / 3 (so a dead worker's batch is requeued within 40 s by default). A batch

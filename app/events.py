@@ -1,7 +1,10 @@
 """Live events per collection: Redis pub/sub when ``RUBRIC_REDIS_URL`` is set, else an in-process broadcaster.
 
 Publishers (Celery workers, the embedded worker's threads) call the sync ``publish()`` whichever
-transport is active. Events are small JSON objects with a ``type``.
+transport is active. Events are small JSON objects with a ``type``; their SSE event name is their
+``event`` when they have one (``job-17``: only that job's row listens), else their ``type``. They
+carry facts (a revision, a job's counters) for pages to re-fetch on, never computed results; what
+each one means is in ``app/jobs/events.py``.
 
 Subscribers are the web app's Server-Sent Event streams, and they are async: an idle stream is a
 suspended coroutine waiting on its own bounded ``asyncio.Queue``, holding no thread, no database
@@ -29,7 +32,7 @@ from app.config import get_settings
 from app.errors import TooMany
 
 _CHANNEL = "rubric:events:{}"
-# Events queued for one slow reader; past it the oldest are dropped (progress and leaderboards are
+# Events queued for one slow reader; past it the oldest are dropped (progress and revisions are
 # superseded by the next event, so a slow tab loses stale states, and the server never grows memory).
 INBOX_SIZE = 64
 log = logging.getLogger(__name__)
@@ -369,7 +372,8 @@ STREAM_SLOTS = StreamSlots()
 
 
 def _frame(event: Event) -> str:
-    return f"event: {event['type']}\ndata: {json.dumps(event)}\n\n"
+    name = event.get("event", event["type"])
+    return f"event: {name}\ndata: {json.dumps(event)}\n\n"
 
 
 async def _sse(collection_id: int, keepalive: float) -> AsyncGenerator[str, None]:

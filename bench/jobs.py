@@ -1,4 +1,4 @@
-"""Benchmark: job machinery overhead, and the latency from a rubric edit to the leaderboard event.
+"""Benchmark: job machinery overhead, and the latency from a rubric edit to the final grades event.
 
 1. Overhead per task: the sample collection's 72 cells graded with SmolLM2 (`score`, fp32, CPU) in
    batches of 8, (a) by calling the grading engine directly on the same batches, committing each,
@@ -9,7 +9,8 @@
    within each run: wall time minus the time spent inside the grading engine, which every batch
    records (``job_batch.seconds``), over that engine time.
 2. Edit → leaderboard latency on a warm cache: a judge edits a question to a text whose cells are
-   already cached; time from the save to the final leaderboard event, with the similarity grader.
+   already cached; time from the save to the final grades event (on which open leaderboards
+   re-fetch), with the similarity grader.
 
 Run: ``.venv/bin/python bench/jobs.py``; writes a section of docs/benchmarks.md.
 """
@@ -134,7 +135,7 @@ def job_run() -> Run:
 
 
 def edit_latency(old: str, new: str) -> float:
-    """Seconds from saving an edit to receiving the final leaderboard event of its regrade."""
+    """Seconds from saving an edit to receiving the final grades event of its regrade."""
     with session_scope() as session:
         collection_id = get_collection(session, "sample").id
     received = threading.Event()
@@ -143,8 +144,10 @@ def edit_latency(old: str, new: str) -> float:
     def watch() -> None:
         stream = listen(collection_id, timeout=0.05)
         ready.set()
+        ended = False  # a job's last batch publishes its end (``jobs``), then the grades revision
         for event in stream:
-            if event and event.get("type") == "leaderboard" and event.get("final"):
+            ended = ended or bool(event and event.get("type") == "jobs" and event.get("state") == "done")
+            if ended and event and event.get("type") == "grades":
                 received.set()
                 return
 
@@ -161,7 +164,7 @@ def edit_latency(old: str, new: str) -> float:
         )
         launch_after_edit(session, collection, result, GraderSpec(), "bench")
         session.commit()  # the after-commit hook hands the batches to the workers
-    assert received.wait(30), "no leaderboard event"
+    assert received.wait(30), "no grades event"
     return time.perf_counter() - begin
 
 
@@ -262,7 +265,7 @@ immune to the model's speed drifting between runs. The wall-clock ratio to the d
 
 Target: overhead < 10 % on CPU.
 
-Rubric edit → final leaderboard event, warm cache (similarity grader; the edit toggles a question between two
+Rubric edit → final grades event, warm cache (similarity grader; the edit toggles a question between two
 texts whose cells are both cached; {2 * EDIT_REPEATS} edits):
 
 | worker | median | max |

@@ -12,14 +12,27 @@ target_metadata = Base.metadata
 
 
 def _run(connection: Connection) -> None:
+    sqlite = connection.dialect.name == "sqlite"
+    if sqlite:
+        # Batch mode rebuilds a table (copy, DROP, rename); with foreign keys on, SQLite's DROP
+        # deletes the old table's rows first and cascades: every grade of a rebuilt grader table,
+        # every pool entry of a rebuilt collection table. Off for the migration (outside a
+        # transaction, where the pragma takes effect), on again after.
+        connection.exec_driver_sql("PRAGMA foreign_keys=OFF")
+        connection.commit()  # the pragma is a no-op inside a transaction: end the implicit one first
     context.configure(
         connection=connection,
         target_metadata=target_metadata,
         compare_type=True,
-        render_as_batch=connection.dialect.name == "sqlite",
+        render_as_batch=sqlite,
     )
-    with context.begin_transaction():
-        context.run_migrations()
+    try:
+        with context.begin_transaction():
+            context.run_migrations()
+    finally:
+        if sqlite:
+            connection.exec_driver_sql("PRAGMA foreign_keys=ON")
+            connection.commit()
 
 
 def run_migrations_online() -> None:

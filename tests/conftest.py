@@ -182,10 +182,34 @@ def _use_database(url: str, backend: str, monkeypatch: pytest.MonkeyPatch) -> It
     get_settings.cache_clear()
     engine = make_engine(url)
     yield Database(url, engine, backend)
+    _drain_embedded_worker()
     engine.dispose()
     engine_for(url).dispose()
     engine_for.cache_clear()
     get_settings.cache_clear()
+
+
+EMBEDDED_DRAIN_SECONDS = 600
+
+
+def _drain_embedded_worker() -> None:
+    """Wait, before the test's database goes, until the embedded worker holds none of its jobs.
+
+    The worker's threads are process-wide: a job a test launched without waiting for it (a POST
+    to ``/c/{name}/jobs`` in the role tests) goes on after the test. Its thread calls
+    ``get_settings()`` while the fixtures switch RUBRIC_DATABASE_URL, and a call that straddles
+    the switch caches the settings of the moment in between, when no database is set: the next
+    test then imports into an empty ``./rubric.sqlite`` ("no such table: collection").
+    """
+    from app.jobs.embedded import embedded_worker
+
+    if embedded_worker.cache_info().currsize == 0:  # no test of this session started one
+        return
+    worker, deadline = embedded_worker(), time.monotonic() + EMBEDDED_DRAIN_SECONDS
+    while not worker.idle():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the embedded worker still runs this test's jobs after {EMBEDDED_DRAIN_SECONDS} s")
+        time.sleep(0.05)
 
 
 # -- Redis: a throwaway server on a loopback port --------------------------------------------

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from app.config import get_settings
 from app.db import session_scope
-from app.events import publish
-from app.jobs.events import after_batch, job_event
+from app.jobs.events import after_batch, after_generation
 from app.jobs.launch import sweep_orphans
 from app.jobs.service import execute_batch, execute_generation
 from worker.celery_app import app
@@ -30,5 +29,4 @@ def sweep() -> list[int]:
 def generate(job_id: int) -> None:
     """Draft test-bank items with an LLM into a draft rubric version."""
     with session_scope() as session:
-        job = execute_generation(session, job_id)
-        publish(job.collection_id, job_event(job))
+        after_generation(execute_generation(session, job_id))

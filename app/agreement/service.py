@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 from app.collections import queries
 from app.evaluation.agreement import AgreementTable, binary_tables, format_kappa, rating_tables
 from app.evaluation.formatting import Table
+from app.evaluation.frame import GradeFrame
 from app.evaluation.types import GradedPool, Judgments
 from app.leaderboards.service import load_evaluation_data
 from app.models import Collection
@@ -22,19 +23,25 @@ def agreement_tables(
     *,
     min_answers: list[int],
     min_judgment: int,
-    model: str | None = None,
-    prompt_class: str | None = None,
+    grader_id: int | None = None,
 ) -> list[AgreementTable]:
-    """GRADED/MERGE/LENIENT/STRICT (self-rated) or BINARY/GRADED (boolean) tables per min-answers."""
-    data = load_evaluation_data(session, collection, model=model, prompt_class=prompt_class)
+    """GRADED/MERGE/LENIENT/STRICT (self-rated) or BINARY/GRADED (boolean) tables per min-answers.
+
+    ``grader_id``: the grader resolved at the boundary; None is the collection's primary grader.
+    """
+    data = load_evaluation_data(session, collection, grader_id=grader_id)
     judgments = queries.load_judgments(session, data.pool)
-    return build_agreement_tables(data.graded, judgments, data.grader.is_self_rated, min_answers, min_judgment)
+    return build_agreement_tables(data.grades, judgments, data.grader.is_self_rated, min_answers, min_judgment)
 
 
 def build_agreement_tables(
-    graded: GradedPool, judgments: Judgments, is_self_rated: bool, min_answers: list[int], min_judgment: int
+    graded: GradedPool | GradeFrame,
+    judgments: Judgments,
+    is_self_rated: bool,
+    min_answers: list[int],
+    min_judgment: int,
 ) -> list[AgreementTable]:
-    """The tables for already loaded grades and judgments, one set per min-answers value."""
+    """The tables for already loaded grades (the snapshot's arrays, or dicts) and judgments, per min-answers value."""
     build = rating_tables if is_self_rated else binary_tables
     tables: list[AgreementTable] = []
     for m in min_answers:

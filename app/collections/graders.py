@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
-from app.collections.queries import GraderRef
+from app.collections.queries import GraderRef, GraderSelectionError
 from app.errors import NotFound
 from app.models import BankItem, Collection, Grade, Grader, PoolEntry, Query, RubricVersion, RubricVersionItem
 from app.models.grading import DIRECT_ITEM
@@ -51,7 +51,8 @@ class GraderCoverage:
     @property
     def label(self) -> str:
         g = self.grader
-        return f"#{g.id} {g.model} / {g.prompt_class} ({g.template_hash[:8]})"
+        settings = f" · {g.settings}" if g.settings else ""  # equal model and prompt class: settings tell apart
+        return f"#{g.id} {g.model} / {g.prompt_class} ({g.template_hash[:8]}){settings}"
 
     @property
     def summary(self) -> str:
@@ -181,3 +182,41 @@ def set_primary_grader(session: Session, collection: Collection, grader_id: int 
         raise NotFound(f"no grader {grader_id} in this collection")
     collection.primary_grader_id = grader.id
     return GraderRef.of(grader)
+
+
+def resolve_grader(
+    session: Session,
+    collection: Collection,
+    *,
+    grader_id: int | None = None,
+    model: str | None = None,
+    prompt_class: str | None = None,
+) -> GraderRef:
+    """The one grader a request names, resolved once at the boundary (CLI options, web query).
+
+    By id when given; else the graders whose model and prompt class match the filters given, which
+    must be exactly one (``GraderSelectionError`` lists every candidate with its id); with no
+    filter at all, the collection's primary grader. Nothing downstream re-matches strings.
+    """
+    coverage = grader_coverage(session, collection)
+    if not coverage:
+        raise NotFound(f"nothing is graded in {collection.name!r} yet: launch a grading job first")
+    if grader_id is not None:
+        return pick(coverage, grader_id).grader
+    if model is None and prompt_class is None:
+        primary = primary_coverage(session, collection, coverage)
+        assert primary is not None  # coverage is not empty
+        return primary.grader
+    matching = [c for c in coverage if _matches(c.grader, model, prompt_class)]
+    if len(matching) == 1:
+        return matching[0].grader
+    listing = "; ".join(f"{c.label}: {c.summary}" for c in (matching or coverage))
+    if not matching:
+        raise GraderSelectionError(f"no grader matches model={model} prompt-class={prompt_class}. Graders: {listing}")
+    raise GraderSelectionError(
+        f"{len(matching)} graders match model={model} prompt-class={prompt_class}; pick one with --grader ID: {listing}"
+    )
+
+
+def _matches(grader: GraderRef, model: str | None, prompt_class: str | None) -> bool:
+    return (model is None or grader.model == model) and (prompt_class is None or grader.prompt_class == prompt_class)

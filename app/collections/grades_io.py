@@ -13,6 +13,7 @@ from app.collections.errors import ImportFormatError
 from app.collections.revision import upsert_grades
 from app.collections.schemas import PROMPT_CLASS_MAX, ExamGradesIn, GradesIn, ParagraphIn
 from app.models import DIRECT_ITEM, Grade, Grader
+from app.models.grading import identity_hash
 
 if TYPE_CHECKING:
     from app.collections.service import ImportReport
@@ -35,17 +36,18 @@ def ensure_grader(
     prompt_type: str,
     is_self_rated: bool,
     options: dict[str, Any],
+    identity: dict[str, Any],
 ) -> int:
-    """Primary key of the grader configuration, created on first use."""
-    cache: dict[tuple[str, str, str], int] = session.info.setdefault("grader_pks", {})
-    key = (model, prompt_class, template_hash)
+    """Primary key of the grader whose identity this is, created on first use.
+
+    Found by the identity's hash only: a run that differs in anything that changes grades
+    (backend, endpoint, host, decoding, template) gets a new row and never writes into this one.
+    """
+    cache: dict[str, int] = session.info.setdefault("grader_pks", {})
+    key = identity_hash(identity)
     if key in cache:
         return cache[key]
-    pk = session.scalar(
-        select(Grader.id).where(
-            Grader.model == model, Grader.prompt_class == prompt_class, Grader.template_hash == template_hash
-        )
-    )
+    pk = session.scalar(select(Grader.id).where(Grader.identity_hash == key))
     if pk is None:
         grader = Grader(
             model=model,
@@ -54,6 +56,8 @@ def ensure_grader(
             prompt_type=prompt_type,
             is_self_rated=is_self_rated,
             options=options,
+            identity=identity,
+            identity_hash=key,
         )
         session.add(grader)
         session.flush()
@@ -83,14 +87,28 @@ def _imported_grader(
         "fields": present,
         "prompt_type": prompt_type,
     }
+    template_hash = "imported:" + canonical_hash(options)[:24]
+    # Every option the file recorded is part of the identity: two files of one model and prompt
+    # class whose llm_options differ are two graders; the same file imported twice is one.
+    identity = {
+        "backend": "imported",
+        "model": entry.llm,
+        "prompt_class": prompt_class,
+        "prompt_type": prompt_type,
+        "llm_options": entry.llm_options,
+        "prompt_info": entry.prompt_info,
+        "fields": present,
+        "template_hash": template_hash,
+    }
     return ensure_grader(
         session,
         model=entry.llm,
         prompt_class=prompt_class,
-        template_hash="imported:" + canonical_hash(options)[:24],
+        template_hash=template_hash,
         prompt_type=prompt_type,
         is_self_rated=is_self_rated,
         options=options,
+        identity=identity,
     )
 
 

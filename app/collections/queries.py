@@ -57,6 +57,7 @@ class GraderRef:
     prompt_type: str
     template_hash: str
     is_self_rated: bool
+    settings: str = ""  # what tells it apart from graders of equal model and prompt class (grader_settings)
 
     @classmethod
     def of(cls, grader: Grader) -> GraderRef:
@@ -67,7 +68,42 @@ class GraderRef:
             grader.prompt_type,
             grader.template_hash,
             grader.is_self_rated,
+            grader_settings(grader.identity or {}),
         )
+
+
+def grader_settings(identity: dict[str, Any]) -> str:
+    """A short description of a grader's identity: ``openai chat score @ host, seed 7``, ``hf score``.
+
+    Names the backend, endpoint, mode and host, and the decoding settings that were set; a grader
+    made before identities were recorded says so. Two graders of one model and prompt class read apart.
+    """
+    if not identity or identity.get("legacy"):
+        return "settings not recorded"
+    backend = str(identity.get("backend", "?"))
+    if backend == "imported":
+        options = identity.get("llm_options") or {}
+        shown = ", ".join(f"{k}={v}" for k, v in sorted(options.items()))
+        return f"imported, {shown[:80]}" if shown else "imported"
+    words = [backend, str(identity.get("endpoint") or ""), str(identity.get("mode") or "")]
+    text = " ".join(dict.fromkeys(w for w in words if w))  # "similarity", not "similarity similarity"
+    if identity.get("base_url"):
+        text += f" @ {identity['base_url']}"
+    extras = [f"{label} {identity[key]}" for key, label in _SHOWN if identity.get(key) not in (None, "auto")]
+    if identity.get("json_mode"):
+        extras.append("JSON mode")
+    return ", ".join([text, *extras])
+
+
+# decoding settings named when set (None, or "auto" for dtype, means the default)
+_SHOWN = (
+    ("seed", "seed"),
+    ("max_new_tokens", "max new tokens"),
+    ("max_output_tokens", "max new tokens"),
+    ("num_beams", "beams"),
+    ("dtype", "dtype"),
+    ("top_logprobs", "top-k"),
+)
 
 
 def describe_grader(grader: GraderLike) -> str:
@@ -179,6 +215,43 @@ def load_answers(session: Session, pool: PoolKeys, grader_pk: int) -> dict[str, 
             continue
         query_id, passage_id = pool.keys[entry_pk]
         result.setdefault(query_id, {}).setdefault(passage_id, {}).setdefault(item_id, []).append(answer)
+    return result
+
+
+IN_CHUNK = 500  # keys per IN (...) list: far below SQLite's and PostgreSQL's parameter limits
+
+
+def _chunks(values: Sequence[Any]) -> list[Sequence[Any]]:
+    return [values[i : i + IN_CHUNK] for i in range(0, len(values), IN_CHUNK)]
+
+
+def load_answers_of(session: Session, grader_pk: int, cells: Sequence[tuple[int, str]]) -> dict[tuple[int, str], str]:
+    """(pool entry pk, item id) → answer (extracted if stored, else raw) for just these cells: a page's rows."""
+    wanted = set(cells)
+    result: dict[tuple[int, str], str] = {}
+    for chunk in _chunks(sorted({entry for entry, _ in wanted})):
+        rows = session.execute(
+            select(Grade.pool_entry_pk, Grade.item_id, Grade.extracted_answer, Grade.raw_answer).where(
+                Grade.grader_pk == grader_pk, Grade.pool_entry_pk.in_(chunk)
+            )
+        ).all()
+        for entry_pk, item_id, extracted, raw in rows:
+            answer = extracted if extracted is not None else raw
+            if (entry_pk, item_id) in wanted and answer is not None:
+                result[(entry_pk, item_id)] = answer
+    return result
+
+
+def load_texts_of(session: Session, collection: Collection, passage_ids: Sequence[str]) -> dict[str, str]:
+    """Passage id → text for just these passages (a page's rows)."""
+    result: dict[str, str] = {}
+    for chunk in _chunks(sorted(set(passage_ids))):
+        rows = session.execute(
+            select(Passage.passage_id, Passage.text).where(
+                Passage.collection_id == collection.id, Passage.passage_id.in_(chunk)
+            )
+        ).all()
+        result.update((pid, text or "") for pid, text in rows)
     return result
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import delete, insert, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.collections import grades_io
@@ -22,7 +23,7 @@ from app.collections.readers import (
 )
 from app.collections.revision import next_revision
 from app.collections.schemas import COLLECTION_NAME_MAX
-from app.errors import Invalid
+from app.errors import Conflict, Invalid
 from app.models import (
     Collection,
     Judgment,
@@ -78,6 +79,28 @@ def ensure_collection(session: Session, name: str) -> Collection:
 
 def _storable_name(name: str) -> bool:
     return 0 < len(name) <= COLLECTION_NAME_MAX and "\x00" not in name
+
+
+def rename_collection(session: Session, old: str, new: str) -> Collection:
+    """Give the collection ``old`` the name ``new``, which must follow the naming rule and be free.
+
+    Everything else refers to a collection by id, so the row's name is all that changes. A
+    concurrent rename or import that takes ``new`` first makes the unique index refuse this one.
+    """
+    from app.collections.naming import checked_collection_name
+
+    collection = get_collection(session, old)
+    checked_collection_name(new)
+    if new == old:
+        return collection
+    if session.scalar(select(Collection.id).where(Collection.name == new)) is not None:
+        raise Conflict(f"a collection named {new!r} exists already")
+    collection.name = new
+    try:
+        session.flush()
+    except IntegrityError as error:  # the caller's transaction rolls back on the raise
+        raise Conflict(f"a collection named {new!r} exists already") from error
+    return collection
 
 
 class CollectionWriter:

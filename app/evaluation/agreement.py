@@ -6,8 +6,12 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+import numpy.typing as npt
+
 from app.errors import Invalid
-from app.evaluation.qrels import LabelRule, passage_label
+from app.evaluation.frame import GradeFrame
+from app.evaluation.qrels import LabelRule, frame_labels, passage_label
 from app.evaluation.types import GradedPool, Judgments
 
 
@@ -39,6 +43,17 @@ class Confusion:
         return (p_o - p_e) / (1 - p_e)
 
 
+def confusion_of(predicted: npt.ArrayLike, relevant: npt.ArrayLike) -> Confusion:
+    """The confusion of paired booleans (predicted_j, relevant_j), j = 1..N:
+
+    TP = Σ_j p_j ∧ r_j,  FP = Σ_j p_j ∧ ¬r_j,  FN = Σ_j ¬p_j ∧ r_j,  TN = N − TP − FP − FN;
+    its ``kappa()`` is Cohen's κ of the two labelings.
+    """
+    p, r = np.asarray(predicted, dtype=bool), np.asarray(relevant, dtype=bool)
+    tp, fp, fn = int(np.sum(p & r)), int(np.sum(p & ~r)), int(np.sum(~p & r))
+    return Confusion(tp, fp, fn, int(p.size) - tp - fp - fn)
+
+
 @dataclass(frozen=True, slots=True)
 class LabelledPassage:
     label: int
@@ -55,6 +70,24 @@ def labelled_passages(graded: GradedPool, judgments: Judgments, rule: LabelRule)
             if relevances:
                 result.append(LabelledPassage(passage_label(grade, rule), tuple(relevances)))
     return result
+
+
+def frame_passages(grades: GradeFrame, judgments: Judgments, rule: LabelRule) -> list[LabelledPassage]:
+    """``labelled_passages`` on the grade arrays: the labels of every graded passage at once (``frame_labels``)."""
+    entries, labels = frame_labels(grades, rule)
+    pool = grades.pool
+    result = []
+    for entry, label in zip(entries.tolist(), labels.tolist(), strict=True):
+        relevances = judgments.get(pool.query_ids[int(pool.entry_query[entry])], {}).get(pool.passage_ids[entry])
+        if relevances:
+            result.append(LabelledPassage(int(label), tuple(relevances)))
+    return result
+
+
+def _passages(graded: GradedPool | GradeFrame, judgments: Judgments, rule: LabelRule) -> list[LabelledPassage]:
+    if isinstance(graded, GradeFrame):
+        return frame_passages(graded, judgments, rule)
+    return labelled_passages(graded, judgments, rule)
 
 
 def confusion(passages: Iterable[LabelledPassage], labels: frozenset[int], relevances: frozenset[int]) -> Confusion:
@@ -102,17 +135,51 @@ def judgment_sets(min_judgment: int) -> tuple[frozenset[int], frozenset[int]]:
 def _table(
     name: str,
     min_answers: int,
-    passages: Sequence[LabelledPassage],
+    arrays: _PassageArrays,
     rows: Sequence[frozenset[int]],
     columns: Sequence[frozenset[int]],
     mapping: Mapping[int, int],
 ) -> AgreementTable:
-    counts = tuple(tuple(confusion(passages, row, col).tp for col in columns) for row in rows)
+    predicted = [arrays.predicted(row) for row in rows]
+    truth = [arrays.truth(col) for col in columns]
+    counts = tuple(tuple(int(np.count_nonzero(p & t)) for t in truth) for p in predicted)
     kappa = {}
     for row_index, column_index in mapping.items():
-        stats = confusion(passages, rows[row_index], columns[column_index])
+        stats = confusion_of(predicted[row_index], truth[column_index])
         kappa[row_index] = (column_index, stats.kappa(), stats)
     return AgreementTable(name, min_answers, tuple(rows), tuple(columns), counts, kappa)
+
+
+@dataclass(frozen=True, slots=True)
+class _PassageArrays:
+    """The passages as arrays, so that each (row, column) cell is two boolean masks, not a Python loop.
+
+    ``judged[j, k]`` = passage j has a judgment equal to ``values[k]``; then
+    truth_j(C) = ∃k: judged[j, k] ∧ values[k] ∈ C — the same predicate as ``confusion``'s
+    ``any(r in C for r in judgments_j)`` — and predicted_j(L) = label_j ∈ L.
+    """
+
+    labels: npt.NDArray[np.int64]
+    values: tuple[int, ...]
+    judged: npt.NDArray[np.bool_]
+
+    @classmethod
+    def of(cls, passages: Sequence[LabelledPassage]) -> _PassageArrays:
+        values = tuple(sorted({r for p in passages for r in p.judgments}))
+        column = {v: k for k, v in enumerate(values)}
+        judged = np.zeros((len(passages), len(values)), dtype=bool)
+        rows = [j for j, p in enumerate(passages) for _ in p.judgments]
+        cols = [column[r] for p in passages for r in p.judgments]
+        judged[rows, cols] = True
+        labels = np.fromiter((p.label for p in passages), dtype=np.int64, count=len(passages))
+        return cls(labels, values, judged)
+
+    def predicted(self, labels: frozenset[int]) -> npt.NDArray[np.bool_]:
+        return np.isin(self.labels, np.fromiter(labels, dtype=np.int64, count=len(labels)))
+
+    def truth(self, relevances: frozenset[int]) -> npt.NDArray[np.bool_]:
+        chosen = np.fromiter((v in relevances for v in self.values), dtype=bool, count=len(self.values))
+        return np.asarray(np.any(self.judged & chosen, axis=1), dtype=bool)
 
 
 def _graded_mapping(min_judgment: int) -> tuple[list[frozenset[int]], dict[int, int]]:
@@ -123,11 +190,11 @@ def _graded_mapping(min_judgment: int) -> tuple[list[frozenset[int]], dict[int, 
 
 
 def rating_tables(
-    graded: GradedPool, judgments: Judgments, *, min_answers: int, min_judgment: int
+    graded: GradedPool | GradeFrame, judgments: Judgments, *, min_answers: int, min_judgment: int
 ) -> list[AgreementTable]:
-    """GRADED, MERGE, LENIENT and STRICT tables for self-rated grades and one ``min_answers``."""
+    """GRADED, MERGE, LENIENT and STRICT tables for self-rated grades (dicts or arrays) and one ``min_answers``."""
     rule = LabelRule("max") if min_answers == 1 else LabelRule("min-answers", min_answers)
-    passages = labelled_passages(graded, judgments, rule)
+    passages = _PassageArrays.of(_passages(graded, judgments, rule))
     relevant, non_relevant = judgment_sets(min_judgment)
     graded_columns, graded_map = _graded_mapping(min_judgment)
     singletons = [frozenset({g}) for g in (5, 4, 3, 2, 1, 0)]
@@ -159,11 +226,11 @@ def rating_tables(
 
 
 def binary_tables(
-    graded: GradedPool, judgments: Judgments, *, min_answers: int, min_judgment: int
+    graded: GradedPool | GradeFrame, judgments: Judgments, *, min_answers: int, min_judgment: int
 ) -> list[AgreementTable]:
-    """BINARY and GRADED tables for boolean grades: label 1 iff ≥ ``min_answers`` items answered."""
-    counted = labelled_passages(graded, judgments, LabelRule("count"))
-    passages = [LabelledPassage(int(p.label >= min_answers), p.judgments) for p in counted]
+    """BINARY and GRADED tables for boolean grades (dicts or arrays): label 1 iff ≥ ``min_answers`` items answered."""
+    counted = _passages(graded, judgments, LabelRule("count"))
+    passages = _PassageArrays.of([LabelledPassage(int(p.label >= min_answers), p.judgments) for p in counted])
     relevant, non_relevant = judgment_sets(min_judgment)
     rows = [frozenset({1}), frozenset({0})]
     graded_columns, _ = _graded_mapping(min_judgment)

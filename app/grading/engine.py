@@ -16,7 +16,9 @@ from sqlalchemy.orm import Session
 
 from app.collections.grades_io import ensure_grader
 from app.collections.revision import upsert_grades
-from app.grading.methods import GradingMethod, Outcome, cache_key
+from app.config import get_settings
+from app.grading.failures import NOT_SENT, ConsecutiveErrors, ErrorSummary, error_kind
+from app.grading.methods import GradingMethod, Outcome, cache_key, grader_identity
 from app.grading.prompts import CellInput
 from app.models import (
     DIRECT_ITEM,
@@ -62,6 +64,10 @@ class GradingReport:
     graded: int = 0  # sent to the model
     errors: int = 0
     error_samples: list[str] = field(default_factory=list)
+    summary: ErrorSummary = field(default_factory=ErrorSummary)  # errors by kind
+    low_mass: int = 0  # score-mode grades whose valid_mass is below score_min_valid_mass (flagged)
+    not_sent: int = 0  # cells a stopped run never sent (no grade row)
+    stopped: str | None = None  # why fail-fast stopped the run
 
     @property
     def done(self) -> int:
@@ -189,7 +195,14 @@ def _grade_row(cell: Cell, grader_pk: int, key: str, outcome: Outcome) -> dict[s
 
 
 def ensure_method_grader(session: Session, method: GradingMethod) -> int:
+    """The grader row of the method's identity: found, or created; never one configured otherwise."""
     config = method.config()
+    identity = config.identity or grader_identity(
+        method.identity(),
+        prompt_class=config.prompt_class,
+        prompt_type=config.prompt_type,
+        template_hash=config.template_hash,
+    )
     return ensure_grader(
         session,
         model=config.model,
@@ -198,6 +211,7 @@ def ensure_method_grader(session: Session, method: GradingMethod) -> int:
         prompt_type=config.prompt_type,
         is_self_rated=config.is_self_rated,
         options=config.options,
+        identity=identity,
     )
 
 
@@ -233,7 +247,11 @@ def compute_batch(method: GradingMethod, prepared: PreparedBatch) -> dict[str, O
 def store_batch(
     session: Session, grader_pk: int, prepared: PreparedBatch, new_outcomes: dict[str, Outcome]
 ) -> GradingReport:
-    """Write a computed batch: successful outcomes into the cache, every cell's grade row (upserts)."""
+    """Write a computed batch: successful outcomes into the cache, a grade row for every cell sent (upserts).
+
+    Only outcomes without an error are cached, so a failed cell (an error, an empty reply) is
+    asked again on the next run; cells a stopped run never sent get no row at all.
+    """
     report = GradingReport(total=len(prepared.cells))
     report.cached = sum(1 for key in prepared.keys if key in prepared.outcomes)
     report.graded = len(new_outcomes)
@@ -248,10 +266,17 @@ def store_batch(
     rows = [
         _grade_row(cell, grader_pk, key, outcomes[key]) for cell, key in zip(prepared.cells, prepared.keys, strict=True)
     ]
-    upsert_grades(session, rows, update=GRADE_UPDATE)
-    errors = [row["error"] for row in rows if row["error"]]
+    sent = [row for row in rows if not (row["error"] and error_kind(row["error"]) == NOT_SENT)]
+    upsert_grades(session, sent, update=GRADE_UPDATE)
+    errors = [row["error"] for row in sent if row["error"]]
+    report.not_sent = len(rows) - len(sent)
+    report.graded -= sum(1 for o in new_outcomes.values() if o.error and error_kind(o.error) == NOT_SENT)
+    report.deduplicated = max(0, report.total - report.cached - report.graded - report.not_sent)
     report.errors = len(errors)
     report.error_samples = errors[:3]
+    report.summary = ErrorSummary.of(errors)
+    threshold = get_settings().score_min_valid_mass
+    report.low_mass = sum(1 for row in sent if row["valid_mass"] is not None and row["valid_mass"] < threshold)
     return report
 
 
@@ -268,24 +293,44 @@ def grade_cells(
     *,
     batch_cells: int = BATCH_CELLS,
     after_batch: Callable[[GradingReport], None] | None = None,
+    max_consecutive_errors: int = 0,
 ) -> GradingReport:
     """Grade every cell in batches; ``after_batch`` gets the running totals (commit there).
 
     The grader row is written after the first batch's model calls, so with an ``after_batch``
-    that commits, no write transaction is open while the model runs.
+    that commits, no write transaction is open while the model runs. Fail-fast: once
+    ``max_consecutive_errors`` cells in a row (0: never) ended in the same kind of error, the run
+    stops after that batch, keeping every batch written so far; ``stopped`` says why.
     """
     grader_pk: int | None = None
     total = GradingReport()
+    streak = ConsecutiveErrors(max_consecutive_errors)
     for batch in chunks(cells, batch_cells):
         prepared = prepare_batch(session, method, batch)
         computed = compute_batch(method, prepared)
         grader_pk = grader_pk if grader_pk is not None else ensure_method_grader(session, method)
-        _accumulate(total, store_batch(session, grader_pk, prepared, computed))
+        report = store_batch(session, grader_pk, prepared, computed)
+        _accumulate(total, report)
+        outcomes = {**prepared.outcomes, **computed}
+        for key in prepared.keys:
+            streak.feed(outcomes[key].error)
         if after_batch is not None:
             after_batch(total)
+        if streak.tripped or report.not_sent:
+            total.stopped = streak.reason() if streak.tripped else _not_sent_reason(computed)
+            total.not_sent += len(cells) - total.total  # the batches never started
+            break
     if grader_pk is None:
         ensure_method_grader(session, method)  # an empty plan still names its grader
     return total
+
+
+def _not_sent_reason(computed: dict[str, Outcome]) -> str:
+    """The backend's own fail-fast tripped mid-batch: its NotSent errors carry the reason."""
+    for outcome in computed.values():
+        if outcome.error and error_kind(outcome.error) == NOT_SENT:
+            return outcome.error.split(": ", 1)[-1]
+    return "stopped"
 
 
 def _accumulate(total: GradingReport, report: GradingReport) -> None:
@@ -295,3 +340,6 @@ def _accumulate(total: GradingReport, report: GradingReport) -> None:
     total.graded += report.graded
     total.errors += report.errors
     total.error_samples = (total.error_samples + report.error_samples)[:5]
+    total.summary.merge(report.summary)
+    total.low_mass += report.low_mass
+    total.not_sent += report.not_sent

@@ -12,6 +12,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
+from urllib.parse import urlsplit
 
 from app.errors import Invalid
 from app.grading.backends.base import Backend, BackendError, ScoreResult
@@ -36,7 +37,10 @@ class Outcome:
 
 @dataclass(frozen=True, slots=True)
 class GraderConfig:
-    """The grader row: model label, prompt class, template hash, and how it was run."""
+    """The grader row: model label, prompt class, template hash, how it was run, and its identity.
+
+    ``identity`` (see ``grader_identity``) is what the row is found by; the other fields describe it.
+    """
 
     model: str
     prompt_class: str
@@ -44,6 +48,34 @@ class GraderConfig:
     prompt_type: str
     is_self_rated: bool
     options: dict[str, Any] = field(default_factory=dict)
+    identity: dict[str, Any] = field(default_factory=dict)
+
+
+# Settings that change how fast or where a grader runs, never what it answers: not in its identity.
+NOT_IDENTITY = frozenset({"label", "device", "batch_size", "batch_tokens", "concurrency", "timeout", "max_retries"})
+
+
+def grader_identity(
+    method_identity: dict[str, Any], *, prompt_class: str, prompt_type: str, template_hash: str
+) -> dict[str, Any]:
+    """Everything that changes a grader's grades: the method's identity (the dict the cache key hashes).
+
+    Backend, endpoint, model and revision, decoding (temperature, seed, output tokens, beams, dtype),
+    top-k of logprobs, mode, JSON mode, chat template and tokenizer, as the method reports them,
+    plus the prompt class, prompt type and template. A base URL is reduced to its host (the netloc
+    without credentials): which server answered matters, a path or a key in it does not belong here.
+    """
+    identity = {k: v for k, v in method_identity.items() if k not in NOT_IDENTITY}
+    if isinstance(identity.get("base_url"), str):
+        identity["base_url"] = base_url_host(identity["base_url"])
+    return {**identity, "prompt_class": prompt_class, "prompt_type": prompt_type, "template_hash": template_hash}
+
+
+def base_url_host(url: str) -> str:
+    """``host[:port]`` of a URL, never its user or password."""
+    parts = urlsplit(url if "//" in url else f"//{url}")
+    host = parts.hostname or ""
+    return f"{host}:{parts.port}" if parts.port else host
 
 
 class GradingMethod(Protocol):
@@ -85,13 +117,20 @@ class PromptGrader:
     def config(self) -> GraderConfig:
         identity = self.backend.identity()
         label = str(identity.get("label") or identity["model"])
+        template_hash = self.prompt.template_hash()
         return GraderConfig(
             model=label if self.mode == "generate" else f"{label}:score",
             prompt_class=self.prompt.name,
-            template_hash=self.prompt.template_hash(),
+            template_hash=template_hash,
             prompt_type=self.prompt.prompt_type,
             is_self_rated=self.prompt.is_self_rated,
             options={"source": "rubric grade", "mode": self.mode, "json_mode": self.json_mode, **identity},
+            identity=grader_identity(
+                self.identity(),
+                prompt_class=self.prompt.name,
+                prompt_type=self.prompt.prompt_type,
+                template_hash=template_hash,
+            ),
         )
 
     def identity(self) -> dict[str, Any]:
@@ -150,6 +189,11 @@ class PromptGrader:
             return Outcome(error=str(result))
         if isinstance(result, ScoreResult):
             return self._score_outcome(result, cell)
+        if not result.strip() and getattr(self.backend, "empty_reply_is_error", False):
+            # A server's reply with no text (a reasoning model that spent its tokens, a filtered
+            # answer) is no answer: an error, never a rating of 1 (and never cached), so a rerun
+            # asks again. A local model's empty answer keeps the reference's rating 1 (spec §1.6).
+            return Outcome(raw_answer=result, error="EmptyReply: the model returned no text")
         try:
             answer = extract_json_field(result, self.prompt.json_field) if self.json_mode else result
         except ValueError as error:
@@ -158,6 +202,9 @@ class PromptGrader:
         return Outcome(result, verdict.self_rating, verdict.extracted_answer, verdict.correct)
 
     def _score_outcome(self, result: ScoreResult, cell: CellInput) -> Outcome:
+        """The grade from a distribution over the choices observed (a backend may leave unseen ones out)."""
+        if not result.probabilities:
+            return Outcome(error="NoAnswerToken: no answer token among the scored tokens")
         best = max(result.probabilities, key=lambda c: result.probabilities[c])
         verdict = self.prompt.parse(best, cell.gold_answers)
         if self.prompt.parser == "yes_no":

@@ -6,10 +6,9 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.errors import Invalid, NotFound
+from app.errors import Invalid
 from app.grading.backends.base import BackendError
 from app.grading.engine import Cell, CellScope, plan_cells
 from app.grading.methods import GradingMethod, Mode, PromptGrader
@@ -22,7 +21,7 @@ from app.grading.prompts import (
     register_custom,
 )
 from app.models import Collection, RubricVersion
-from app.rubrics.service import latest_version
+from app.rubrics.service import latest_version, version_by_number
 
 BackendName = Literal["hf", "openai", "similarity", "hf-qa"]
 BACKENDS: tuple[str, ...] = ("hf", "openai", "similarity", "hf-qa")
@@ -54,6 +53,9 @@ class GraderSpec:
     endpoint: Literal["chat", "completions"] = "chat"
     concurrency: int = 8
     seed: int | None = None
+    timeout: float = 120.0  # openai: seconds per request
+    max_retries: int = 6  # openai: retries of a rate-limited, timed-out or 5xx request
+    max_consecutive_errors: int = 20  # fail-fast: stop after this many identical cell errors in a row (0: never)
     json_mode: bool = False
     custom_prompt: str | None = None
     custom_parser: str = "rating"
@@ -90,11 +92,39 @@ class GraderSpec:
         return get_prompt_class(self.prompt_class)
 
 
+# Bounds of the run options (the CLI's `grade`/`generate` options and the web launch form take the same).
+SEED_MAX = 2**31 - 1  # the servers take a 32-bit seed
+MAX_NEW_TOKENS_MAX = 131_072
+TIMEOUT_MIN, TIMEOUT_MAX = 1.0, 3600.0
+MAX_RETRIES_MAX = 20
+MAX_CONSECUTIVE_ERRORS_MAX = 1_000_000
+
+
+def validate_run_options(spec: GraderSpec) -> None:
+    """Refuse a seed, output-token budget, timeout or retry count outside its bounds (``Invalid``).
+
+    A spec comes from the CLI, the web form or a stored job; each is checked here once more.
+    """
+    if spec.seed is not None and not 0 <= spec.seed <= SEED_MAX:
+        raise Invalid(f"seed: between 0 and {SEED_MAX}, not {spec.seed}")
+    if spec.max_new_tokens is not None and not 1 <= spec.max_new_tokens <= MAX_NEW_TOKENS_MAX:
+        raise Invalid(f"max_new_tokens: between 1 and {MAX_NEW_TOKENS_MAX}, not {spec.max_new_tokens}")
+    if not TIMEOUT_MIN <= spec.timeout <= TIMEOUT_MAX:  # also refuses NaN
+        raise Invalid(f"timeout: between {TIMEOUT_MIN:g} and {TIMEOUT_MAX:g} seconds, not {spec.timeout}")
+    if not 0 <= spec.max_retries <= MAX_RETRIES_MAX:
+        raise Invalid(f"max_retries: between 0 and {MAX_RETRIES_MAX}, not {spec.max_retries}")
+    if not 0 <= spec.max_consecutive_errors <= MAX_CONSECUTIVE_ERRORS_MAX:
+        raise Invalid(
+            f"max_consecutive_errors: between 0 and {MAX_CONSECUTIVE_ERRORS_MAX}, not {spec.max_consecutive_errors}"
+        )
+
+
 def validate_spec(spec: GraderSpec) -> None:
     """Refuse a grader that cannot be built (an ``Invalid`` naming the field), without loading a model.
 
     Launch and estimate call this, so a job never starts with a spec its batches cannot build.
     """
+    validate_run_options(spec)
     if spec.backend not in BACKENDS:
         raise Invalid(f"backend: {spec.backend!r} is not one of {', '.join(BACKENDS)}")
     if spec.mode not in MODES:
@@ -109,6 +139,7 @@ def validate_spec(spec: GraderSpec) -> None:
 
 def validate_generator(spec: GraderSpec) -> None:
     """Refuse a drafting model that cannot be built (an ``Invalid`` naming the field); loads nothing."""
+    validate_run_options(spec)
     if spec.backend not in ("hf", "openai"):
         raise Invalid(f"backend: drafting takes hf or openai, not {spec.backend!r}")
     try:
@@ -164,6 +195,9 @@ def build_backend(spec: GraderSpec) -> Any:
             max_output_tokens=spec.max_new_tokens or 64,
             seed=spec.seed,
             concurrency=spec.concurrency,
+            timeout=spec.timeout,
+            max_retries=spec.max_retries,
+            max_consecutive_errors=spec.max_consecutive_errors,
         )
     from app.grading.backends.hf import HuggingFaceBackend
 
@@ -182,12 +216,7 @@ def rubric_version(session: Session, collection: Collection, number: int | None)
     """The published version ``number``, or the newest published one."""
     if number is None:
         return latest_version(session, collection)
-    version = session.scalar(
-        select(RubricVersion).where(RubricVersion.collection_id == collection.id, RubricVersion.number == number)
-    )
-    if version is None:
-        raise NotFound(f"collection {collection.name!r} has no rubric version {number}")
-    return version
+    return version_by_number(session, collection, number)
 
 
 def plan_for(

@@ -11,7 +11,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from app.grading.methods import GraderConfig, Outcome
+from app.grading.methods import GraderConfig, Outcome, grader_identity
 from app.grading.models import MINILM, ModelSource, offline_if_local, resolve
 from app.grading.prompts import CellInput
 
@@ -49,13 +49,20 @@ class SimilarityGrader:
         return hashlib.sha256(json.dumps([self.prompt_class, COSINE_FLOOR, COSINE_SPAN]).encode()).hexdigest()
 
     def config(self) -> GraderConfig:
+        template_hash = self._template_hash()
         return GraderConfig(
             model=self.source.display,
             prompt_class=self.prompt_class,
-            template_hash=self._template_hash(),
+            template_hash=template_hash,
             prompt_type=self.prompt_type,
             is_self_rated=True,
             options={"source": "rubric grade", "mode": "similarity", **self.identity()},
+            identity=grader_identity(
+                {**self.identity(), "mode": "similarity"},
+                prompt_class=self.prompt_class,
+                prompt_type=self.prompt_type,
+                template_hash=template_hash,
+            ),
         )
 
     def identity(self) -> dict[str, Any]:

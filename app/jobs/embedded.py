@@ -19,8 +19,7 @@ from typing import Literal
 
 from app.config import get_settings
 from app.db import engine_for, session_scope
-from app.events import publish
-from app.jobs.events import after_batch, job_event
+from app.jobs.events import after_batch, after_generation
 from app.jobs.service import execute_batch, execute_generation
 
 log = logging.getLogger(__name__)
@@ -66,8 +65,7 @@ class EmbeddedWorker:
     def _generate(url: str, job_id: int) -> None:
         try:
             with session_scope(engine_for(url)) as session:
-                job = execute_generation(session, job_id)
-                publish(job.collection_id, job_event(job))
+                after_generation(execute_generation(session, job_id))
         except Exception:
             log.exception("embedded drafting job %s failed", job_id)
 

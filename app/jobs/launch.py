@@ -5,52 +5,70 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.collections.graders import primary_grader
+from app.collections.queries import GraderRef
 from app.config import get_settings
 from app.db import session_scope
-from app.errors import Invalid
 from app.grading.engine import CellScope
-from app.grading.service import GraderSpec, build_method, plan_for, validate_spec
+from app.grading.service import GraderSpec, plan_for, validate_spec
 from app.jobs import service
 from app.jobs.dispatch import dispatch, dispatch_generation
 from app.jobs.events import after_batch
-from app.models import Collection, Job, RankingEntry, System
+from app.models import Collection, Grader, Job, RankingEntry, System
 from app.rubrics.editing import EditResult
 
 
 def collection_grader(session: Session, collection: Collection) -> GraderSpec:
-    """The spec of the collection's primary grader (app/collections/graders.py), for its regrades.
+    """The spec the collection's rubric edits regrade with (see ``regrade_spec``)."""
+    return regrade_spec(session, collection)[0]
 
-    A grader row does not keep everything a spec holds (backend, device, decoding), so the spec is
-    that of the newest grade/regrade job that wrote as this grader. A grader that no job here wrote
-    (imported grades), or no grader at all: the default spec, which the pages name when they regrade.
+
+def regrade_spec(session: Session, collection: Collection) -> tuple[GraderSpec, bool]:
+    """(spec, whether it writes the primary grader): the primary grader's spec, for the regrades.
+
+    The primary grader is app/collections/graders.py's.
+
+    A grader row does not keep everything a spec holds (device, batch size, timeouts), so the spec
+    is that of the newest grade/regrade job that wrote into this grader row: each job records the
+    row's id (``grader_id``, set by its worker). Jobs from before that record are matched by what
+    the row stored (backend, model, mode, prompt class); no grading method is built. A grader
+    that no job here wrote (imported grades), or no grader at all: the default spec, which the
+    pages name when they regrade.
     """
     primary = primary_grader(session, collection)
     if primary is None:
-        return GraderSpec()
+        return GraderSpec(), False
     jobs = session.scalars(
         select(Job.params)
         .where(Job.collection_id == collection.id, Job.kind.in_(("grade", "regrade")))
         .order_by(Job.id.desc())
         .limit(200)
-    )
+    ).all()
     for params in jobs:
-        spec = GraderSpec.from_dict(params["grader"])
-        try:
-            config = build_method(spec).config()
-        except (Invalid, ValueError):  # a job of a model or prompt no longer configured: not this grader
-            continue
-        if (config.model, config.prompt_class, config.template_hash) == (
-            primary.model,
-            primary.prompt_class,
-            primary.template_hash,
-        ):
-            return spec
-    return GraderSpec()
+        if params.get("grader_id") == primary.id:
+            return GraderSpec.from_dict(params["grader"]), True
+    options = session.get_one(Grader, primary.id).options
+    for params in jobs:
+        if "grader_id" not in params and _stored_as(GraderSpec.from_dict(params["grader"]), primary, options):
+            return GraderSpec.from_dict(params["grader"]), True
+    return GraderSpec(), False
+
+
+def _stored_as(spec: GraderSpec, grader: GraderRef, options: dict[str, Any]) -> bool:
+    """Whether a job from before jobs recorded their grader ran as this grader row, by what the row stored."""
+    mode = "similarity" if spec.backend == "similarity" else spec.mode
+    return (
+        options.get("source") == "rubric grade"
+        and options.get("backend") == spec.backend
+        and options.get("mode") == mode
+        and spec.model_ref in (options.get("model"), options.get("label"), grader.model.removesuffix(":score"))
+        and (spec.backend == "similarity" or spec.prompt_class == grader.prompt_class)
+    )
 
 
 def system_scope(session: Session, collection: Collection, system_names: Iterable[str]) -> CellScope:

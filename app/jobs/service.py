@@ -37,9 +37,12 @@ from app.grading.engine import (
     prepare_batch,
     store_batch,
 )
+from app.grading.failures import CELL_LOCAL, NOT_SENT, ErrorSummary
 from app.grading.methods import GradingMethod, cache_key
+from app.grading.preflight import PreflightFailed, preflight_method
 from app.grading.prompts import CellInput
 from app.grading.service import GraderSpec, build_method, public_error, validate_generator, validate_spec
+from app.jobs.events import announce_cancel, announce_launch
 from app.models import DIRECT_ITEM, BankItem, Collection, Job, JobBatch, Passage, PoolEntry, Query
 from app.models.base import utcnow
 from app.sqlutil import chunks
@@ -136,6 +139,7 @@ def launch(
         for i, batch in enumerate(chunks(list(cells), batch_cells))
     )
     session.flush()
+    announce_launch(session, job)
     after_commit(session, partial(_start, job.id))
     return job
 
@@ -155,6 +159,7 @@ def cancel(session: Session, job: Job) -> None:
     if job.state in ACTIVE:
         job.state = "cancelled"
         job.finished_at = utcnow()
+        announce_cancel(session, job)
         session.execute(
             update(JobBatch).where(JobBatch.job_pk == job.id, JobBatch.state == "queued").values(state="cancelled")
         )
@@ -370,6 +375,7 @@ def _record(batch: JobBatch, report: GradingReport, seconds: float) -> None:
 def _fail(session: Session, job: Job, batch: JobBatch, method: GradingMethod, error: str) -> None:
     """After the last attempt every cell of the batch gets a grade row carrying the error."""
     grader_pk = ensure_method_grader(session, method)
+    _note_grader(job, grader_pk)
     rows = [
         {"pool_entry_pk": int(e), "grader_pk": grader_pk, "item_id": str(i), "position": n, "error": error}
         for n, (e, i) in enumerate(batch.cells)
@@ -397,7 +403,97 @@ def refresh_job(session: Session, job_id: int) -> Job:
     if job.state in ACTIVE and sums[4] == 0:
         job.state = "failed" if sums[5] else "done"
         job.finished_at = utcnow()
+        _summarise_errors(session, job)
     return job
+
+
+def _summarise_errors(session: Session, job: Job) -> None:
+    """A finished job with cell errors says how many of which kind; one whose every cell failed is failed."""
+    if not job.errors:
+        return
+    if job.errors >= job.total:
+        job.state = "failed"
+    if job.message and job.message != UNDELIVERED:  # a batch that gave up already said why
+        return
+    summary = ErrorSummary()
+    for error, count in session.execute(
+        select(JobBatch.error, JobBatch.errors).where(JobBatch.job_pk == job.id, JobBatch.errors > 0)
+    ):
+        parsed = ErrorSummary.parse(error)
+        if parsed.total != count and len(parsed.counts) == 1:  # a failed batch's one message, for all its cells
+            parsed.counts = {kind: count for kind in parsed.counts}
+        summary.merge(parsed)
+    job.message = f"{job.errors} of {job.total} cells failed: {summary.render()}"[:2000]
+
+
+def _halt(session: Session, job: Job, batch: JobBatch | None, reason: str) -> Job:
+    """End a job now, failed with ``reason``: its queued batches are cancelled, finished ones stay."""
+    if batch is not None and batch.state == "running":
+        batch.state, batch.error = "failed", reason
+    session.execute(
+        update(JobBatch).where(JobBatch.job_pk == job.id, JobBatch.state == "queued").values(state="cancelled")
+    )
+    session.commit()
+    job = refresh_job(session, job.id)
+    if job.state in ACTIVE or job.state == "done":
+        job.state, job.finished_at = "failed", utcnow()
+    job.message = reason[:2000]
+    session.commit()
+    return job
+
+
+# (job id, created) → None (passed) or why it failed; per worker process. The creation time tells a
+# job from another database's (or a recreated database's) job with the same id.
+_preflighted: dict[tuple[int, str], str | None] = {}
+_preflight_lock = threading.Lock()
+
+
+def _preflight_job(job: Job, spec: GraderSpec, method: GradingMethod) -> str | None:
+    """Once per job (and worker process), before its first batch: why the server cannot run it, or None."""
+    if spec.backend != "openai":
+        return None
+    key = (job.id, str(job.created_at))
+    with _preflight_lock:
+        if key not in _preflighted:
+            try:
+                preflight_method(method)
+                _preflighted[key] = None
+            except PreflightFailed as error:
+                _preflighted[key] = f"preflight failed: {error}"
+            except Exception as error:  # noqa: BLE001  shown on the job; the details go to the log
+                log.exception("job %s: preflight failed", job.id)
+                _preflighted[key] = f"preflight failed: {public_error(spec, error)}"
+        return _preflighted[key]
+
+
+def _consecutive_failure(session: Session, job: Job, batch: JobBatch, limit: int) -> str | None:
+    """Fail-fast across batches: the reason to stop when the latest batches' cells all failed alike.
+
+    Counts back from this batch over finished batches whose every cell failed with one kind of
+    error (cells never sent aside); ``limit`` such cells in a row stop the job (0: never).
+    """
+    if limit <= 0:
+        return None
+    rows = session.execute(
+        select(JobBatch.error, JobBatch.errors, JobBatch.cells)
+        .where(JobBatch.job_pk == job.id, JobBatch.number <= batch.number, JobBatch.state.in_(("done", "failed")))
+        .order_by(JobBatch.number.desc())
+    ).all()
+    kind: str | None = None
+    run, example = 0, ""
+    for error, errors, cells in rows:
+        parsed = ErrorSummary.parse(error)
+        kinds = set(parsed.counts) - {NOT_SENT}
+        if kinds & CELL_LOCAL:
+            break
+        if errors < len(cells) or len(kinds) != 1 or (kind is not None and kinds != {kind}):
+            break
+        kind = kinds.pop()
+        run += parsed.counts[kind] if parsed.total == errors else errors
+        example = example or parsed.examples[kind]
+    if run >= limit:
+        return f"stopped after {run} consecutive {kind} errors: {example}"
+    return None
 
 
 def execute_batch(session: Session, batch_id: int, backoff: float = 1.0) -> Job | None:
@@ -420,6 +516,9 @@ def execute_batch(session: Session, batch_id: int, backoff: float = 1.0) -> Job 
     except Exception as error:  # noqa: BLE001  shown on the job; the details go to the log
         log.exception("batch %s: building the grader failed", batch_id)
         return _give_up(session, batch, f"the grader cannot be built: {public_error(spec, error)}")
+    refused = _preflight_job(job, spec, method)
+    if refused is not None:
+        return _halt(session, job, batch, refused)
     for attempt in range(MAX_ATTEMPTS):
         try:
             _grade(session, job, batch, method)
@@ -437,6 +536,9 @@ def execute_batch(session: Session, batch_id: int, backoff: float = 1.0) -> Job 
                 session.commit()
                 time.sleep(backoff * 2**attempt)
     session.commit()
+    stop = _consecutive_failure(session, job, batch, spec.max_consecutive_errors)
+    if stop is not None and job.state in ACTIVE:
+        return _halt(session, job, None, stop)
     job = refresh_job(session, batch.job_pk)
     session.commit()
     return job
@@ -450,8 +552,23 @@ def _grade(session: Session, job: Job, batch: JobBatch, method: GradingMethod) -
     with heartbeat(session, batch.id):
         computed = compute_batch(method, prepared)
     seconds = time.perf_counter() - start
-    report = store_batch(session, ensure_method_grader(session, method), prepared, computed)
+    grader_pk = ensure_method_grader(session, method)
+    _note_grader(job, grader_pk)
+    report = store_batch(session, grader_pk, prepared, computed)
     _record(batch, report, seconds)
+    if report.not_sent:
+        report.summary.add(f"{NOT_SENT}: the server kept failing; not sent", report.not_sent)
+        batch.errors += report.not_sent
+    batch.error = report.summary.render() or None
+
+
+def _note_grader(job: Job, grader_pk: int) -> None:
+    """Record the grader row the job writes into: its regrades find the spec by this id (collection_grader).
+
+    Set by the worker, not at launch: the identity is the one the worker's backend reports.
+    """
+    if job.params.get("grader_id") != grader_pk:
+        job.params = {**job.params, "grader_id": grader_pk}
 
 
 # ---- test-bank drafting jobs ------------------------------------------------------------------
@@ -484,6 +601,7 @@ def launch_generation(
     session.flush()
     session.add(JobBatch(job_pk=job.id, number=0, cells=[]))
     session.flush()
+    announce_launch(session, job)
     after_commit(session, partial(_start, job.id))
     return job
 
@@ -502,8 +620,14 @@ def execute_generation(session: Session, job_id: int) -> Job:
         return _give_up(session, batch, exhausted)
     try:
         with heartbeat(session, batch.id):
+            _preflight_drafter(spec)
             _draft(session, job, spec)
         batch.state = "done" if job.state == "done" else "failed"
+    except PreflightFailed as error:  # the server cannot draft: the hint is the message
+        session.rollback()
+        job, batch = session.get_one(Job, job_id), session.get_one(JobBatch, batch.id)
+        job.state, job.message = "failed", f"preflight failed: {error}"
+        batch.state, batch.error = "failed", job.message
     except Exception as error:  # noqa: BLE001  the job row says what went wrong
         log.exception("drafting job %s failed", job_id)
         session.rollback()
@@ -513,6 +637,15 @@ def execute_generation(session: Session, job_id: int) -> Job:
     job.finished_at = utcnow()
     session.commit()
     return job
+
+
+def _preflight_drafter(spec: GraderSpec) -> None:
+    """A drafting job on an OpenAI-compatible server checks it first (raises ``PreflightFailed``)."""
+    if spec.backend == "openai":
+        from app.grading.preflight import preflight_backend
+        from app.grading.service import build_backend
+
+        preflight_backend(build_backend(spec), "generate")
 
 
 def _draft(session: Session, job: Job, spec: GraderSpec) -> None:

@@ -13,7 +13,7 @@ from app.collections.schemas import ID_MAX, INT32_MAX
 from app.errors import Invalid
 from app.evaluation.agreement import MAX_JUDGMENT, MIN_JUDGMENT
 from app.evaluation.qrels import MAX_MIN_ANSWERS, LabelRule
-from app.evaluation.trec import MAX_CUTOFF, parse_measure
+from app.evaluation.trec import MAX_CUTOFF
 
 MIN_RATING = (0, 1000)  # a self-rating threshold (0..5), or a count label's level
 TOP_K = (1, MAX_CUTOFF)
@@ -26,7 +26,6 @@ DEFAULT_MANUAL_LEVEL = 2
 VERSION = (1, INT32_MAX)  # RubricVersion.number is a 32-bit column
 ID = (1, ID_MAX)  # a primary key: grader, job, pool entry
 BOOTSTRAP = (0, 100_000)  # resamples; 0 = no interval
-COVER_MEASURES = {"cover": False, "n-cover": True}
 
 
 def bounded(name: str, value: int, bounds: tuple[int, int]) -> int:
@@ -47,13 +46,6 @@ def bounded_int(
     if len(text) > 20 or not text.lstrip("+-").isdigit():
         raise Invalid(f"{name} must be a whole number, got {_shown(raw)}")
     return bounded(name, int(text), bounds)
-
-
-def check_measure(measure: str, *, min_rating: int | None = None) -> str:
-    """``measure`` if it is Cover, n-Cover or a parsable trec_eval measure with a bounded cut-off."""
-    if measure.lower() not in COVER_MEASURES:
-        parse_measure(measure, min_rating=min_rating)
-    return measure
 
 
 def check_label(label: str) -> str:

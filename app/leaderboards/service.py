@@ -9,42 +9,80 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from app.collections import queries, snapshot
+from app.collections.graders import resolve_grader
 from app.collections.queries import GraderRef
 from app.collections.service import official_leaderboard
-from app.errors import NotFound
-from app.evaluation.correlation import QueryCorrelation, per_query_correlation, rank_correlation
+from app.errors import Invalid, NotFound
+from app.evaluation.correlation import QueryCorrelation, per_query_correlation, rank_correlation, scores_to_ranks
 from app.evaluation.cover import OVERALL, cover_scores_of, cover_table
 from app.evaluation.formatting import Table, nan_to_none, reference_round, trec_eval_round
 from app.evaluation.frame import GradeFrame, RankingFrame
 from app.evaluation.qrels import LabelRule, frame_qrels
 from app.evaluation.stats import bootstrap_ci
-from app.evaluation.trec import parse_measure, per_query_values, top_depth, trec_scores
+from app.evaluation.trec import per_query_values, top_depth, trec_scores
 from app.evaluation.types import Correlation, GradedPool, Leaderboard, Qrels, SystemScore
-from app.leaderboards import params
-from app.leaderboards.params import COVER_MEASURES as COVER_MEASURES
-from app.models import Collection, RubricVersion
+from app.leaderboards import measures, params
+from app.leaderboards.measures import Cover, Measure, TrecMeasure
+from app.models import Collection
+from app.rubrics.service import latest_version, version_by_number
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class LeaderboardRequest:
-    measure: str
-    min_rating: int | None = None
-    top_k: int = 20
-    label: str = "max"
-    model: str | None = None
-    prompt_class: str | None = None
-    rubric_version: int | None = None
-    reference_rounding: bool = False
-    bootstrap_samples: int = 1000
-    bootstrap_seed: int = 42
-    include_overrides: bool = False  # judges' grade overrides replace the grader's ratings
-    grader_id: int | None = None  # a grader by id (the web); wins over model/prompt_class, never ambiguous
+    """One evaluation, resolved at the boundary: a grader by id, a measure value, bounded settings.
+
+    ``measure`` may be given as text (``"P@20"``): it is parsed into its value (app/leaderboards/
+    measures.py) at construction, so every request holds a ``Cover`` or ``TrecMeasure``.
+    ``grader_id`` is None only where the caller means the collection's primary grader.
+    """
+
+    measure: Measure
+    min_rating: int | None
+    top_k: int
+    label: str
+    rubric_version: int | None
+    reference_rounding: bool
+    bootstrap_samples: int
+    bootstrap_seed: int
+    include_overrides: bool  # judges' grade overrides replace the grader's ratings
+    grader_id: int | None
+
+    def __init__(
+        self,
+        measure: Measure | str,
+        min_rating: int | None = None,
+        top_k: int = 20,
+        label: str = "max",
+        rubric_version: int | None = None,
+        reference_rounding: bool = False,
+        bootstrap_samples: int = 1000,
+        bootstrap_seed: int = 42,
+        include_overrides: bool = False,
+        grader_id: int | None = None,
+    ) -> None:
+        values = {
+            # the name only: check_request bounds min_rating before the level is applied to the measure
+            "measure": measures.parse(measure),
+            "min_rating": min_rating,
+            "top_k": top_k,
+            "label": label,
+            "rubric_version": rubric_version,
+            "reference_rounding": reference_rounding,
+            "bootstrap_samples": bootstrap_samples,
+            "bootstrap_seed": bootstrap_seed,
+            "include_overrides": include_overrides,
+            "grader_id": grader_id,
+        }
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
+
+    @property
+    def is_cover(self) -> bool:
+        return isinstance(self.measure, Cover)
 
 
-def check_request(request: LeaderboardRequest, *, with_measure: bool = True) -> LeaderboardRequest:
+def check_request(request: LeaderboardRequest) -> LeaderboardRequest:
     """``request`` if every setting is within its bounds (app/leaderboards/params.py), else ``Invalid``."""
-    if with_measure:
-        params.check_measure(request.measure, min_rating=request.min_rating)
     params.check_label(request.label)
     if request.min_rating is not None:
         params.bounded("min_rating", request.min_rating, params.MIN_RATING)
@@ -52,6 +90,7 @@ def check_request(request: LeaderboardRequest, *, with_measure: bool = True) -> 
     if request.rubric_version is not None:
         params.bounded("version", request.rubric_version, params.VERSION)
     params.bounded("bootstrap_samples", request.bootstrap_samples, params.BOOTSTRAP)
+    measures.parse(request.measure, min_rating=request.min_rating)  # the level is part of a trec measure
     return request
 
 
@@ -74,25 +113,26 @@ def load_evaluation_data(
     session: Session,
     collection: Collection,
     *,
-    model: str | None,
-    prompt_class: str | None,
+    grader_id: int | None = None,
     rubric_version: int | None = None,
     include_overrides: bool = False,
-    grader_id: int | None = None,
+    model: str | None = None,
+    prompt_class: str | None = None,
 ) -> EvaluationData:
     """Everything a leaderboard needs, from the collection's in-memory snapshot (app/collections/snapshot.py).
 
-    ``grader_id`` picks the grader by id; otherwise model/prompt_class must match exactly one.
+    ``grader_id`` is the grader, resolved at the boundary (app/collections/graders.py:resolve_grader);
+    None means the collection's primary grader. ``model``/``prompt_class`` are a transitional
+    spelling of the same resolution for callers not yet migrated: they must name exactly one grader.
     """
+    if grader_id is None:
+        grader_id = resolve_grader(session, collection, model=model, prompt_class=prompt_class).id
     current = snapshot.current(session, collection)
-    grader = (
-        _grader_by_id(current.grader_list(), grader_id)
-        if grader_id is not None
-        else queries.match_grader(current.grader_list(), model=model, prompt_class=prompt_class)
-    )
+    grader = _grader_by_id(current.grader_list(), grader_id)
     grades = current.grades(session, grader.id)
     if rubric_version is not None:
-        grades = grades.restrict_items(queries.version_item_ids(session, _version(session, collection, rubric_version)))
+        version = version_by_number(session, collection, rubric_version)
+        grades = grades.restrict_items(queries.version_item_ids(session, version))
     if include_overrides:
         position = current.structure.position
         overrides = queries.load_overrides(session, current.structure.pool)
@@ -107,15 +147,12 @@ def load_evaluation_data(
     return EvaluationData(grader, grades, current.structure.rankings, current.structure.pool)
 
 
-def _version(session: Session, collection: Collection, number: int) -> RubricVersion:
-    from sqlalchemy import select
-
-    version = session.scalar(
-        select(RubricVersion).where(RubricVersion.collection_id == collection.id, RubricVersion.number == number)
-    )
-    if version is None:
-        raise NotFound(f"collection {collection.name!r} has no rubric version {number}")
-    return version
+def default_version(session: Session, collection: Collection, grader: GraderRef) -> int | None:
+    """The rubric version a page shows when none is chosen: the newest published one for a rubric grader."""
+    if grader.prompt_type == "direct_grading":
+        return None
+    latest = latest_version(session, collection)
+    return latest.number if latest else None
 
 
 def qrels_for(data: EvaluationData, request: LeaderboardRequest) -> Qrels:
@@ -124,24 +161,22 @@ def qrels_for(data: EvaluationData, request: LeaderboardRequest) -> Qrels:
 
 def score_systems(data: EvaluationData, request: LeaderboardRequest) -> list[SystemScore]:
     """Raw per-system scores (no rounding, no CI) for the requested measure."""
-    name = request.measure.lower()
-    if name in COVER_MEASURES:
+    if isinstance(request.measure, Cover):
         table = cover_table(data.grades, data.ranking, min_rating=request.min_rating, top_k=request.top_k)
-        return cover_scores_of(table, normalized=COVER_MEASURES[name])
-    measure = parse_measure(request.measure, min_rating=request.min_rating)
+        return cover_scores_of(table, normalized=request.measure.normalized)
+    measure = request.measure.at(request.min_rating)
     return trec_scores(qrels_for(data, request), data.ranking.runs(top_depth(measure)), measure)
 
 
 def _correlation_score(score: SystemScore, request: LeaderboardRequest) -> float:
     # The reference correlates the 4-decimal values trec_eval printed, not the exact means.
-    is_trec = request.measure.lower() not in COVER_MEASURES
-    return trec_eval_round(score.score) if request.reference_rounding and is_trec else score.score
+    return trec_eval_round(score.score) if request.reference_rounding and not request.is_cover else score.score
 
 
 def _display_score(score: SystemScore, request: LeaderboardRequest) -> float:
     if not request.reference_rounding:
         return score.score
-    if request.measure.lower() in COVER_MEASURES:
+    if request.is_cover:
         return round(score.score, 3)
     return reference_round(score.score)
 
@@ -173,7 +208,7 @@ def build_leaderboard(
         )
     systems.sort(key=lambda s: (s.system != OVERALL, -s.score, s.system))
     return Leaderboard(
-        measure=request.measure,
+        measure=request.measure.name,
         systems=systems,
         correlation=correlation,
         settings={
@@ -194,8 +229,6 @@ def evaluation_data(session: Session, collection: Collection, request: Leaderboa
     return load_evaluation_data(
         session,
         collection,
-        model=request.model,
-        prompt_class=request.prompt_class,
         rubric_version=request.rubric_version,
         include_overrides=request.include_overrides,
         grader_id=request.grader_id,
@@ -245,10 +278,12 @@ def manual_per_query_correlation(
     params.bounded("min_judgment", min_judgment, params.MANUAL_LEVEL)
     judgments = queries.load_judgments(session, data.pool)
     manual: Qrels = {q: {p: max(js) for p, js in docs.items()} for q, docs in judgments.items()}
-    measure = parse_measure(request.measure, min_rating=request.min_rating)
+    if not isinstance(request.measure, TrecMeasure):
+        raise Invalid(f"per-query correlation needs a trec_eval measure, not {request.measure}")
+    measure = request.measure.at(request.min_rating)
     runs = data.ranking.runs(top_depth(measure))
     predicted = per_query_values(qrels_for(data, request), runs, measure)
-    reference = per_query_values(manual, runs, parse_measure(request.measure, min_rating=min_judgment))
+    reference = per_query_values(manual, runs, request.measure.at(min_judgment))
     return PerQueryCorrelation(
         min_rating=1 if request.min_rating is None else request.min_rating,
         min_judgment=min_judgment,
@@ -256,12 +291,17 @@ def manual_per_query_correlation(
     )
 
 
+def predicted_ranks(board: Leaderboard) -> dict[str, float]:
+    """Each system's rank on ``board`` (best = 1, ties share their mean rank), the overall row left out."""
+    return scores_to_ranks({s.system: s.score for s in board.systems if s.system != OVERALL})
+
+
 def _json_number(value: float | None) -> float | None:
     return None if value is None else nan_to_none(value)
 
 
 def leaderboard_json(board: Leaderboard, per_query: PerQueryCorrelation | None = None) -> dict[str, Any]:
-    """The ``--format json`` contract of ``rubric leaderboard``."""
+    """The ``--format json`` contract of ``rubric leaderboard`` and of the web's ``leaderboard.json``."""
     result: dict[str, Any] = {
         "measure": board.measure,
         "settings": board.settings,
@@ -278,6 +318,7 @@ def leaderboard_json(board: Leaderboard, per_query: PerQueryCorrelation | None =
             for s in board.systems
         ],
         "correlation": _correlation_json(board.correlation),
+        "predicted_ranks": predicted_ranks(board),  # system → rank on this board, what the web's rank scatter plots
     }
     if per_query is not None:
         result["per_query_levels"] = {"min_rating": per_query.min_rating, "min_judgment": per_query.min_judgment}

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy.engine.default import DefaultExecutionContext
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.models.base import Base, utcnow
@@ -13,9 +16,35 @@ from app.models.base import Base, utcnow
 DIRECT_ITEM = ""  # item_id of a direct (whole-passage) relevance grade, which has no bank item
 
 
+def identity_hash(identity: dict[str, Any]) -> str:
+    """sha256 hex of the canonical JSON (sorted keys, no spaces) of a grader identity."""
+    return hashlib.sha256(json.dumps(identity, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def legacy_identity(model: str, prompt_class: str, template_hash: str) -> dict[str, Any]:
+    """The identity of a grader row that recorded too little to say how it graded (the old triple)."""
+    return {"legacy": True, "model": model, "prompt_class": prompt_class, "template_hash": template_hash}
+
+
+def _default_identity(context: DefaultExecutionContext) -> dict[str, Any]:
+    row: dict[str, Any] = context.get_current_parameters()  # type: ignore[no-untyped-call]
+    return legacy_identity(row["model"], row["prompt_class"], row["template_hash"])
+
+
+def _default_identity_hash(context: DefaultExecutionContext) -> str:
+    row: dict[str, Any] = context.get_current_parameters()  # type: ignore[no-untyped-call]
+    return identity_hash(row.get("identity") or _default_identity(context))
+
+
 class Grader(Base):
+    """One grader: everything that changes its grades is in ``identity``, unique by ``identity_hash``.
+
+    A run whose backend, endpoint, host, decoding or template differs is another row by
+    construction, so it can never overwrite this one's grades (app/collections/grades_io.py).
+    """
+
     __tablename__ = "grader"
-    __table_args__ = (UniqueConstraint("model", "prompt_class", "template_hash"),)
+    __table_args__ = (UniqueConstraint("identity_hash"),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     model: Mapped[str] = mapped_column(String(300))
@@ -25,6 +54,10 @@ class Grader(Base):
     is_self_rated: Mapped[bool] = mapped_column(Boolean, default=True)
     # llm_options, prompt_info and which optional fields the source file carried.
     options: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    # What changes the grades (backend, endpoint, model and revision, host, decoding, template...);
+    # rows built directly (tests, old code) get the legacy triple.
+    identity: Mapped[dict[str, Any]] = mapped_column(JSON, default=_default_identity)
+    identity_hash: Mapped[str] = mapped_column(String(64), default=_default_identity_hash)
 
 
 class Grade(Base):

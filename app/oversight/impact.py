@@ -8,6 +8,7 @@ not |all cells|.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -17,8 +18,7 @@ from scipy.stats import kendalltau
 from app.errors import Invalid
 from app.evaluation.cover import OVERALL, cover_table
 from app.evaluation.frame import GradeFrame, RankingFrame
-from app.evaluation.stats import mean_stderr
-from app.leaderboards.params import COVER_MEASURES
+from app.leaderboards.measures import Cover
 from app.leaderboards.service import EvaluationData, LeaderboardRequest
 
 # system → {query: per-query value} (EXAM or n-EXAM)
@@ -64,9 +64,9 @@ def question_impact(
     v_{−i}(m, q) absent when m ranks no passage still graded in its top k. Equal, bit for bit, to a
     full recompute (means are exact sums, ``math.fsum``, so the order of the queries does not matter).
     """
-    if request.measure.lower() not in COVER_MEASURES:
+    if not isinstance(request.measure, Cover):
         raise Invalid(f"question impact is defined on Cover and n-Cover, not {request.measure}")
-    normalized = COVER_MEASURES[request.measure.lower()]
+    normalized = request.measure.normalized
     pool = data.grades.pool
     if query_id is not None and query_id not in pool.query_ids:
         return ()
@@ -100,7 +100,9 @@ def _columns(table: Mapping[str, tuple[dict[str, float], dict[str, float]]], nor
 
 
 def _mean(values: Iterable[float]) -> float:
-    return mean_stderr(list(values))[0]
+    """The leaderboard's mean (``mean_stderr``'s first value, fsum / n) without its costly exact stdev."""
+    listed = list(values)
+    return statistics.fmean(listed) if listed else 0.0
 
 
 def _replaced(values: dict[str, float], query: str, column: dict[str, float]) -> dict[str, float]:

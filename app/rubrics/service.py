@@ -15,6 +15,7 @@ from app.collections.grades_io import canonical_hash
 from app.collections.readers import read_banks
 from app.collections.schemas import BankIn, BankItemIn
 from app.collections.service import CollectionWriter, ImportReport
+from app.errors import NotFound
 from app.models import BankItem, Collection, Query, RubricVersion, RubricVersionItem
 from app.sqlutil import upsert
 
@@ -83,6 +84,16 @@ def latest_version(session: Session, collection: Collection) -> RubricVersion | 
         .order_by(RubricVersion.number.desc())
         .limit(1)
     )
+
+
+def version_by_number(session: Session, collection: Collection, number: int) -> RubricVersion:
+    """The collection's rubric version ``number`` (any status), else NotFound: the one lookup by number."""
+    version = session.scalar(
+        select(RubricVersion).where(RubricVersion.collection_id == collection.id, RubricVersion.number == number)
+    )
+    if version is None:
+        raise NotFound(f"collection {collection.name!r} has no rubric version {number}")
+    return version
 
 
 def version_item_pks(session: Session, version: RubricVersion | None) -> list[int]:

@@ -2,21 +2,28 @@
 
 A ``DomainError`` is the user's to fix: its ``status`` and message, as a page or (for htmx and
 ``/api/``) a fragment. ``HTTPException`` keeps its status. A locked or unreachable database is a
-503 the browser may retry. Anything else propagates: Starlette logs it and answers 500, because
-it is a bug, not a user error.
+503 the browser may retry. Anything else is a bug, not a user error: it propagates to Starlette's
+``ServerErrorMiddleware``, which answers with ``server_error`` below and then re-raises, so the
+server logs the traceback while the user sees a generic 500 with the security headers.
 """
 
 from __future__ import annotations
 
+import logging
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import HTTPException, RequestValidationError
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from markupsafe import escape
 from sqlalchemy.exc import OperationalError
 
 from app.db import is_busy
 from app.errors import DomainError, TooMany
 from app.web.deps import LoginRequired, is_htmx, render
+from app.web.security import add_security_headers
+
+log = logging.getLogger(__name__)
+SERVER_ERROR = "internal error: the server failed on this request and logged it; try again or tell an organizer"
 
 
 def _wants_fragment(request: Request) -> bool:
@@ -31,6 +38,22 @@ def error_response(request: Request, status: int, detail: str, headers: dict[str
     return response
 
 
+def server_error(request: Request, _: Exception) -> Response:
+    """The 500 of an unhandled exception: a fixed message (no exception text, no traceback).
+
+    ``ServerErrorMiddleware`` sends it outside ``SecurityHeaders``, so the headers are added here.
+    Rendering the error page needs the session and the router, which the failure may predate:
+    then a bare page is sent, since a failing handler would leave the browser a headerless 500.
+    """
+    try:
+        response = error_response(request, 500, SERVER_ERROR)
+    except Exception:  # noqa: BLE001  the last resort must answer whatever broke
+        log.exception("rendering the error page failed")
+        response = PlainTextResponse(SERVER_ERROR, 500)
+    add_security_headers(response.headers)
+    return response
+
+
 def _validation_message(error: RequestValidationError) -> str:
     """Name each bad parameter and what it must be, in one line ("query min_judgment: ...")."""
     parts = []
@@ -41,6 +64,8 @@ def _validation_message(error: RequestValidationError) -> str:
 
 
 def install(app: FastAPI) -> None:
+    app.add_exception_handler(Exception, server_error)  # Starlette hands it to ServerErrorMiddleware
+
     @app.exception_handler(LoginRequired)
     def to_login(request: Request, _: LoginRequired) -> Response:
         if is_htmx(request):

@@ -35,3 +35,31 @@ def choices(
     picked = pick(coverage, chosen) if chosen is not None else primary
     options = [option(c, primary) for c in coverage]
     return options, next((o for o in options if picked is not None and o["id"] == picked.grader.id), None)
+
+
+def option_of(options: list[dict[str, Any]], grader_id: int) -> dict[str, Any] | None:
+    """The option of grader ``grader_id`` among ``options`` (None: not a grader of the collection)."""
+    return next((o for o in options if o["id"] == grader_id), None)
+
+
+def regrade_note(session: Session, collection: Collection, shown: int) -> str | None:
+    """One line when the grader a rubric edit regrades with is not the grader ``shown``, else None.
+
+    A rubric edit regrades the changed items with the primary grader's spec (app/jobs/launch.py:
+    collection_grader); a primary grader no job here wrote (imported grades) has no spec, so the
+    edit grades with the default spec, as a different grader whose grades this page does not show.
+    """
+    from app.jobs.launch import regrade_spec
+
+    coverage = grader_coverage(session, collection)
+    primary = primary_coverage(session, collection, coverage)
+    if primary is None or primary.grader.id != shown:
+        return None
+    spec, writes_primary = regrade_spec(session, collection)  # matched by grader id: no method is built
+    if writes_primary:
+        return None
+    grader = primary.grader
+    return (
+        f"Rubric edits regrade with {spec.model_name} / {spec.prompt_class}, not with this primary grader "
+        f"(#{grader.id} {grader.model} / {grader.prompt_class}): their new grades show under that grader."
+    )

@@ -49,8 +49,18 @@ SECURITY_HEADERS = {
 }
 
 
+def add_security_headers(headers: MutableHeaders) -> None:
+    """Set each security header the response has not set itself."""
+    for name, value in SECURITY_HEADERS.items():
+        headers.setdefault(name, value)
+
+
 class SecurityHeaders:
-    """Pure ASGI middleware (no body buffering, so Server-Sent Events keep streaming)."""
+    """Pure ASGI middleware (no body buffering, so Server-Sent Events keep streaming).
+
+    Starlette sends the 500 of an unhandled exception from ``ServerErrorMiddleware``, which sits
+    outside every user middleware; that response gets the headers from ``app/web/errors.py``.
+    """
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -62,9 +72,7 @@ class SecurityHeaders:
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
-                headers = MutableHeaders(scope=message)
-                for name, value in SECURITY_HEADERS.items():
-                    headers.setdefault(name, value)
+                add_security_headers(MutableHeaders(scope=message))
             await send(message)
 
         await self.app(scope, receive, send_with_headers)

@@ -41,6 +41,13 @@ class EventLog:
     def of(self, kind: str, job_id: int | None = None) -> list[dict[str, Any]]:
         return [e for e in self.events if e["type"] == kind and (job_id is None or e.get("job") == job_id)]
 
+    def final_grades(self, job_id: int) -> dict[str, Any] | None:
+        """The ``grades`` event that follows the job's last progress event (always sent at a job's end)."""
+        events = list(self.events)
+        ends = [n for n, e in enumerate(events) if e["type"] == "job" and e["job"] == job_id and e["state"] == "done"]
+        later = [e for e in events[ends[0] :] if e["type"] == "grades"] if ends else []
+        return later[0] if later else None
+
 
 def watch(db: Database) -> EventLog:
     with db.session() as session:
@@ -104,6 +111,24 @@ def wait_job(db: Database, job_id: int, timeout: float = 180) -> Job:
 def grade_count(db: Database) -> int:
     with db.session() as session:
         return int(session.scalar(select(func.count()).select_from(Grade)) or 0)
+
+
+def cover_board(db: Database) -> dict[str, Any]:
+    """What a leaderboard page shows after a ``grades`` event: Cover at 4 on the newest rubric, primary grader."""
+    from app.leaderboards.service import LeaderboardRequest, compute_leaderboard, leaderboard_json
+    from app.rubrics.service import latest_version
+
+    with db.session() as session:
+        collection = get_collection(session, "sample")
+        version = latest_version(session, collection)
+        assert version is not None
+        request = LeaderboardRequest(measure="cover", min_rating=4, rubric_version=version.number, bootstrap_samples=0)
+        return leaderboard_json(compute_leaderboard(session, collection, request))
+
+
+def revision(db: Database) -> int:
+    with db.session() as session:
+        return get_collection(session, "sample").revision
 
 
 def weak_bees_cover(board: dict[str, Any]) -> float:

@@ -21,10 +21,12 @@ from app.models import Grade, Job, JobBatch
 from tests.conftest import REPO, Database, RedisServer
 from tests.jobs.helpers import (
     SMOLLM2_SCORE,
+    cover_board,
     edit_and_regrade,
     grade_count,
     job_row,
     launch,
+    revision,
     wait_for,
     wait_job,
     watch,
@@ -102,8 +104,9 @@ def test_grading_job_end_to_end_on_celery(celery: Worker, sample_db: Database) -
     job = wait_job(sample_db, job_id)
     assert (job.state, job.total, job.done, job.model_calls, job.errors) == ("done", 72, 72, 72, 0)
     assert grade_count(sample_db) == 72
-    wait_for(lambda: any(e.get("final") for e in log.of("leaderboard", job_id)), 30, "final leaderboard event")
+    wait_for(lambda: log.final_grades(job_id) is not None, 30, "the job's final grades event")
     assert log.of("job", job_id)[-1]["done"] == 72
+    assert log.final_grades(job_id) == {"type": "grades", "revision": revision(sample_db)}
     log.stop.set()
 
 
@@ -115,8 +118,8 @@ def test_edit_regrades_exactly_the_affected_cells_on_celery(celery: Worker, samp
     )
     job = wait_job(sample_db, job_id)
     assert (job.total, job.model_calls) == (8, 8)
-    wait_for(lambda: any(e.get("final") for e in log.of("leaderboard", job_id)), 30, "leaderboard event")
-    assert weak_bees_cover([e for e in log.of("leaderboard", job_id) if e["final"]][-1]) > 0
+    wait_for(lambda: log.final_grades(job_id) is not None, 30, "the job's final grades event")
+    assert weak_bees_cover(cover_board(sample_db)) > 0
     log.stop.set()
 
 

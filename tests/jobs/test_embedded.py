@@ -15,10 +15,12 @@ from app.models import Grade, Job, JobBatch
 from tests.conftest import Database
 from tests.jobs.helpers import (
     SMOLLM2_SCORE,
+    cover_board,
     edit_and_regrade,
     grade_count,
     job_row,
     launch,
+    revision,
     wait_for,
     wait_job,
     watch,
@@ -39,11 +41,13 @@ def test_grading_job_end_to_end(sample_db: Database) -> None:
     job = wait_job(sample_db, job_id)
     assert (job.state, job.total, job.done, job.errors, job.model_calls) == ("done", 72, 72, 0, 72)
     assert grade_count(sample_db) == 72
-    wait_for(lambda: any(e.get("final") for e in log.of("leaderboard", job_id)), 30, "final leaderboard event")
+    wait_for(lambda: log.final_grades(job_id) is not None, 30, "the job's final grades event")
     progress = log.of("job", job_id)
     assert progress[-1]["done"] == 72 and len(progress) == 5  # one event per batch (16+16+16+16+8)
-    final = [e for e in log.of("leaderboard", job_id) if e["final"]][-1]
-    assert {s["system"] for s in final["systems"]} >= {"strong-ranker", "weak-ranker"}
+    assert {e["event"] for e in progress} == {f"job-{job_id}"}  # named for the job: only its row listens
+    assert log.final_grades(job_id) == {"type": "grades", "revision": revision(sample_db)}
+    assert not log.of("leaderboard")  # workers compute nothing for the pages
+    assert {s["system"] for s in cover_board(sample_db)["systems"]} >= {"strong-ranker", "weak-ranker"}
     log.stop.set()
 
 
@@ -58,8 +62,8 @@ def test_editing_one_question_regrades_exactly_its_cells(sample_db: Database) ->
     assert len(added) == 1 and job.kind == "regrade"
     assert (job.total, job.model_calls, job.cached) == (8, 8, 0)  # that question × the 8 bees passages
     assert grade_count(sample_db) == before + 8
-    wait_for(lambda: any(e.get("final") for e in log.of("leaderboard", job_id)), 30, "leaderboard event")
-    board = [e for e in log.of("leaderboard", job_id) if e["final"]][-1]
+    wait_for(lambda: log.final_grades(job_id) is not None, 30, "the job's final grades event")
+    board = cover_board(sample_db)
     assert board["settings"]["rubric_version"] == 2
     # only the weak ranker retrieved the stock-market passage that the new question matches
     assert weak_bees_cover(board) > 0
@@ -83,7 +87,7 @@ def test_deleting_a_question_needs_no_grading_but_updates_the_leaderboard(sample
         session.commit()  # the after-commit hook announces the empty job
         job_id = job.id
     assert job_row(sample_db, job_id).state == "done" and job_row(sample_db, job_id).total == 0
-    wait_for(lambda: bool(log.of("leaderboard", job_id)), 30, "leaderboard event")
+    wait_for(lambda: log.final_grades(job_id) is not None, 30, "grades event")
     log.stop.set()
 
 

@@ -63,11 +63,13 @@ def _handler(model: FakeModel) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:  # noqa: N802  (http.server's name)
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            preflight = body.get("max_tokens") == 1  # the one-token preflight request is never held
             with model.lock:
-                model.waiting += 1
-            model.gate.wait(60)
+                model.waiting += 0 if preflight else 1
+            if not preflight:
+                model.gate.wait(60)
             with model.lock:
-                model.waiting -= 1
+                model.waiting -= 0 if preflight else 1
             content = DRAFT if body["model"] == "fake-drafter" else "3"
             reply = {
                 "id": "t",

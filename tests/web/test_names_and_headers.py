@@ -21,7 +21,10 @@ import httpx
 import pytest
 import uvicorn
 from fastapi import FastAPI
+from fastapi.testclient import TestClient
 from sqlalchemy import select
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session
 from starlette.routing import BaseRoute, Match
 
 from app.accounts.service import create_user
@@ -32,6 +35,7 @@ from app.grading.service import GraderSpec
 from app.jobs.launch import launch_grading
 from app.models import BankItem, Query
 from app.samples import write_sample
+from app.web.deps import db
 from app.web.main import create_app
 from app.web.security import SECURITY_HEADERS, AnyText, content_disposition
 from tests.conftest import REPO, Database
@@ -127,6 +131,43 @@ def test_every_kind_of_response_carries_the_security_headers(hostile_client: htt
     _assert_security_headers(client.get(f"/c/{NAME}/qrels"), "download")
     csp = client.get("/login").headers["content-security-policy"]
     assert "frame-ancestors 'none'" in csp and "'unsafe-inline'" not in csp and "'unsafe-eval'" not in csp
+
+
+SECRET = "db-password=hunter2 at /srv/secret.py"  # what an exception's text may hold
+
+
+def _raise_bug() -> None:
+    raise RuntimeError(SECRET)
+
+
+def _raise_database_bug(session: Session = db) -> None:
+    raise OperationalError("SELECT secret", {}, Exception(SECRET))  # not a lock: a bug, so a 500
+
+
+def _failing_app() -> FastAPI:
+    """The app plus two test-only routes that fail as bugs do (an exception nobody maps)."""
+    app = create_app()
+    app.add_api_route("/test-only/bug", _raise_bug, name="test_bug")
+    app.add_api_route("/test-only/database-bug", _raise_database_bug, name="test_database_bug")
+    return app
+
+
+@pytest.mark.parametrize("path", ["/test-only/bug", "/test-only/database-bug"])
+@pytest.mark.parametrize("htmx", [False, True], ids=["page", "fragment"])
+def test_a_500_carries_the_security_headers_and_leaks_nothing(sqlite_db: Database, path: str, htmx: bool) -> None:
+    with TestClient(_failing_app(), raise_server_exceptions=False) as client:
+        response = client.get(path, headers={"HX-Request": "true"} if htmx else {})
+    assert response.status_code == 500
+    _assert_security_headers(response, f"500 {'fragment' if htmx else 'page'}")
+    assert "internal error" in response.text
+    for leak in ("hunter2", "secret", "Traceback", "RuntimeError", "OperationalError", "SELECT"):
+        assert leak not in response.text
+
+
+def test_a_500_still_reaches_the_server_which_logs_it(sqlite_db: Database) -> None:
+    """After answering, Starlette re-raises to the server (uvicorn logs the traceback); here, to the test client."""
+    with TestClient(_failing_app()) as client, pytest.raises(RuntimeError, match="hunter2"):
+        client.get("/test-only/bug")
 
 
 # ---- Content-Disposition ----------------------------------------------------------------------

@@ -261,9 +261,9 @@ def test_two_hundred_open_streams_leave_the_server_responsive_and_the_next_is_re
 
         if site.redis_url:
             assert _channel_subscribers(site) == 1, "one shared subscriber per process, not one per stream"
-            _publish_through_redis(site, monkeypatch, {"type": "job", "job": 7, "done": 3})
-            for stream in streams:  # every one of the 200 streams gets it
-                assert b"event: job" in stream.read_until(b'"done": 3')
+            _publish_through_redis(site, monkeypatch, {"type": "job", "event": "job-7", "job": 7, "done": 3})
+            for stream in streams:  # every one of the 200 streams gets it, named after its job
+                assert b"event: job-7\n" in stream.read_until(b'"done": 3')
     finally:
         for stream in streams:
             stream.close()
@@ -323,15 +323,15 @@ def test_events_from_a_worker_thread_reach_async_streams_and_closing_unsubscribe
     refused = httpx.get(f"{site.base}/c/sample/events", cookies={"rubric_session": site.cookie}, timeout=10)
     assert refused.status_code == 429 and "at most 3 per user" in refused.text
 
-    event = {"type": "leaderboard", "job": 1, "final": True, "systems": []}
+    event = {"type": "grades", "revision": 12345}
     worker = threading.Thread(target=publish, args=(site.collection_id, event))  # as the embedded worker does
     worker.start()
     worker.join()
     for stream in streams:
-        body = stream.read_until(b'"final": true')
-        assert b"event: leaderboard" in body
+        body = stream.read_until(b'"revision": 12345')
+        assert b"event: grades" in body
         payload = body[body.index(b"data: ") + 6 :].split(b"\n", 1)[0]
-        assert json.loads(payload)["type"] == "leaderboard"
+        assert json.loads(payload) == event
 
     streams[0].close()
     _wait_until(lambda: LOCAL.subscriber_count(site.collection_id) == 2, "a closed stream to unsubscribe")

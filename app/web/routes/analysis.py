@@ -1,4 +1,9 @@
-"""Leaderboard (live), version/grader comparison, exports, agreement dashboard, oversight views, SSE."""
+"""Leaderboard (live), version/grader comparison, exports, agreement dashboard, oversight views, SSE.
+
+The routes parse parameters, call one analysis of a domain package (app/leaderboards/analysis.py,
+app/agreement/analysis.py, app/oversight), build a view model and render it: no science here
+(tests/web/test_routes_no_science.py keeps scipy, numpy and app.evaluation out of this package).
+"""
 
 from __future__ import annotations
 
@@ -8,105 +13,91 @@ from typing import Any
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import PlainTextResponse, Response
-from scipy.stats import kendalltau
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.agreement.service import as_table, build_agreement_tables
-from app.collections import queries
-from app.collections.graders import GraderCoverage, grader_coverage, pick, primary_coverage
-from app.collections.queries import GraderRef, GraderSelectionError
-from app.collections.service import official_leaderboard
+from app.agreement.analysis import AgreementAnalysis, agreement_analysis, agreement_analysis_json
+from app.agreement.service import as_table
+from app.collections.graders import resolve_grader
+from app.collections.queries import GraderRef
 from app.db import session_scope
-from app.evaluation.agreement import Confusion
-from app.evaluation.correlation import MissingSystemsError, rank_correlation, scores_to_ranks
-from app.evaluation.cover import OVERALL
-from app.evaluation.formatting import render_tables
-from app.evaluation.types import PassageGrade
+from app.evaluation.formatting import render_tables  # presentation only: a Table as tsv, LaTeX or Markdown
 from app.events import open_event_stream
+from app.leaderboards import measures
 from app.leaderboards import params as bounds
+from app.leaderboards.analysis import (
+    CompareAnalysis,
+    LeaderboardAnalysis,
+    compare_analysis,
+    compare_json,
+    leaderboard_analysis,
+    leaderboard_analysis_json,
+)
 from app.leaderboards.params import bounded_int
 from app.leaderboards.service import (
-    COVER_MEASURES,
-    EvaluationData,
     LeaderboardRequest,
-    build_leaderboard,
     check_request,
-    compute_leaderboard,
+    default_version,
     evaluation_data,
-    leaderboard_json,
     leaderboard_table,
-    load_evaluation_data,
-    manual_per_query_correlation,
     qrels_for,
-    score_systems,
 )
 from app.models import Collection, RubricVersion
 from app.oversight import service as oversight_pages
-from app.oversight.service import bad_questions_table, uncovered_table, verify_grading_table
-from app.rubrics.service import latest_version
 from app.web import charts, grader_view
 from app.web.deps import CurrentUser, db, db_slot, is_htmx, optional_user, render, require
 from app.web.routes.collections import get_or_404
 from app.web.security import content_disposition
 
 router = APIRouter()
-MEASURES = ("cover", "n-cover", "P@20", "NDCG@10", "MAP", "RR", "R-prec", "Recall@100")
-
-
-def _graders(session: Session, collection: Collection) -> list[GraderCoverage]:
-    """The collection's graders with their coverage (one GROUP BY over the collection's grades)."""
-    return grader_coverage(session, collection)
 
 
 def _grader(session: Session, collection: Collection, grader_id: int | None) -> GraderRef:
     """The grader by id (the picker), else the collection's primary grader: never the last job's by accident."""
-    coverage = _graders(session, collection)
-    if not coverage:
-        raise HTTPException(404, "nothing is graded yet: launch a grading job first")
-    if grader_id is None:
-        primary = primary_coverage(session, collection, coverage)
-        assert primary is not None  # coverage is not empty
-        return primary.grader
-    return pick(coverage, grader_id).grader
+    return resolve_grader(session, collection, grader_id=grader_id)
 
 
-def _request(session: Session, collection: Collection, params: dict[str, Any]) -> tuple[LeaderboardRequest, GraderRef]:
+def _request(
+    session: Session, collection: Collection, params: dict[str, Any], *, bootstrap_samples: int = 1000
+) -> LeaderboardRequest:
+    """The page's query string as a typed request: bounded numbers, a grader by id, a measure value."""
     grader_id = bounded_int(params, "grader", bounds.ID)
     version = bounded_int(params, "version", bounds.VERSION)
     min_rating = bounded_int(params, "min_rating", bounds.MIN_RATING, 4)
     top_k = bounded_int(params, "top_k", bounds.TOP_K, 20) or 20
     grader = _grader(session, collection, grader_id)
-    if version is None and grader.prompt_type != "direct_grading":
-        latest = latest_version(session, collection)
-        version = latest.number if latest else None
     request = LeaderboardRequest(
-        measure=str(params.get("measure") or "cover"),
+        measure=measures.parse(str(params.get("measure") or measures.DEFAULT)),
         min_rating=min_rating,
         top_k=top_k,
         label=str(params.get("label") or "max"),
-        model=grader.model,
-        prompt_class=grader.prompt_class,
         grader_id=grader.id,
-        rubric_version=version,
+        rubric_version=version if version is not None else default_version(session, collection, grader),
         include_overrides=params.get("overrides") in ("1", "on", "true"),
-        bootstrap_samples=1000,
+        bootstrap_samples=bootstrap_samples,
     )
-    return check_request(request), grader
+    return check_request(request)
+
+
+def _per_query_level(params: dict[str, Any]) -> int | None:
+    return bounded_int(params, "min_judgment", bounds.MANUAL_LEVEL, bounds.DEFAULT_MANUAL_LEVEL)
+
+
+def _analysis(session: Session, collection: Collection, params: dict[str, Any]) -> LeaderboardAnalysis:
+    """The leaderboard the page and its JSON export show (with per-query correlation for a trec measure)."""
+    return leaderboard_analysis(
+        session, collection, _request(session, collection, params), per_query_level=_per_query_level(params)
+    )
 
 
 def board_view(session: Session, collection: Collection, params: dict[str, Any]) -> dict[str, Any]:
-    request, grader = _request(session, collection, params)
-    data = evaluation_data(session, collection, request)
-    try:
-        board = build_leaderboard(data, request, official_leaderboard(session, collection) or None)
-    except (MissingSystemsError, ValueError) as error:
-        raise HTTPException(400, str(error)) from None
-    systems = [s for s in board.systems if s.system != OVERALL]
-    predicted = scores_to_ranks({s.system: s.score for s in systems})
-    points = [(s.system, predicted[s.system], s.official_rank) for s in systems if s.official_rank is not None]
+    """The leaderboard page's view model."""
+    result = _analysis(session, collection, params)
+    board, grader, predicted = result.board, result.grader, result.predicted
+    ranked = [s for s in board.systems if s.system in predicted]  # the overall row is no system
+    points = [(s.system, predicted[s.system], s.official_rank) for s in ranked if s.official_rank is not None]
     return {
-        "request": request,
+        "request": result.request,
         "grader": {"id": grader.id, "label": f"{grader.model} / {grader.prompt_class}"},
         # the exports compute what this page shows: the grader it resolved, by id, whatever the URL omitted
         "export_params": {**params, "grader": grader.id},
@@ -123,35 +114,17 @@ def board_view(session: Session, collection: Collection, params: dict[str, Any])
             for s in board.systems
         ],
         "correlation": board.correlation,
-        "per_query": _per_query_rows(
-            session,
-            collection,
-            data,
-            request,
-            bounded_int(params, "min_judgment", bounds.MANUAL_LEVEL, bounds.DEFAULT_MANUAL_LEVEL),
-        ),
-        "errorbars": charts.error_bars([(s.system, s.score, s.ci_low, s.ci_high) for s in systems]),
+        "per_query": _per_query_rows(result),
+        "errorbars": charts.error_bars([(s.system, s.score, s.ci_low, s.ci_high) for s in ranked]),
         "scatter": charts.rank_scatter(points),
     }
 
 
-def _per_query_rows(
-    session: Session,
-    collection: Collection,
-    data: EvaluationData,
-    request: LeaderboardRequest,
-    min_judgment: int | None,
-) -> dict[str, Any] | None:
-    """Per query: the systems ordered by the measure on derived qrels vs on the manual judgments.
-
-    Defined for trec_eval measures (Cover has no manual counterpart); None otherwise. The manual
-    side uses its own relevance level ``min_judgment``; an undefined query shows why.
-    """
-    if request.measure.lower() in COVER_MEASURES:
+def _per_query_rows(result: LeaderboardAnalysis) -> dict[str, Any] | None:
+    """Per query: the systems ordered by the measure on derived qrels vs on the manual judgments (None: Cover)."""
+    per_query = result.per_query
+    if per_query is None:
         return None
-    result = manual_per_query_correlation(
-        session, collection, data, request, min_judgment=min_judgment or bounds.DEFAULT_MANUAL_LEVEL
-    )
     rows = [
         {
             "query": q,
@@ -160,9 +133,9 @@ def _per_query_rows(
             "n": c.correlation.n_systems,
             "reason": None if c.reason is None else c.reason.text,
         }
-        for q, c in sorted(result.queries.items())
+        for q, c in sorted(per_query.queries.items())
     ]
-    return {"min_rating": result.min_rating, "min_judgment": result.min_judgment, "rows": rows}
+    return {"min_rating": per_query.min_rating, "min_judgment": per_query.min_judgment, "rows": rows}
 
 
 def _choices(session: Session, collection: Collection, chosen: int | None = None) -> dict[str, Any]:
@@ -180,7 +153,7 @@ def _choices(session: Session, collection: Collection, chosen: int | None = None
         "graders": graders,
         "grader_view": picked,
         "versions": list(versions),
-        "measures": MEASURES,
+        "measures": [m.name for m in measures.MENU],
     }
 
 
@@ -196,6 +169,7 @@ def leaderboard_page(
         "collection": name,
         "params": params,
         "board": board,
+        "regrade_note": grader_view.regrade_note(session, collection, board["grader"]["id"]),
         **_choices(session, collection, board["grader"]["id"]),
     }
     return render(request, "leaderboard.html", context, block="board" if is_htmx(request) else None)
@@ -209,16 +183,16 @@ def leaderboard_export(
     user: CurrentUser = Depends(require("viewer")),
     session: Session = db,
 ) -> Response:
-    collection = get_or_404(session, name)
-    lb_request, grader = _request(session, collection, dict(request.query_params))
-    board = compute_leaderboard(session, collection, lb_request)
-    headers = {"X-Grader-Id": str(grader.id)}  # the body's settings name it too (model, prompt class, template)
-    if fmt == "json":
-        return Response(json.dumps(leaderboard_json(board), indent=1), media_type="application/json", headers=headers)
     formats = {"tsv": "tsv", "tex": "latex", "md": "md"}
-    if fmt not in formats:
+    if fmt != "json" and fmt not in formats:
         raise HTTPException(404, "export as .tsv, .json, .tex or .md")
-    table = render_tables([leaderboard_table(board)], formats[fmt])  # type: ignore[arg-type]
+    collection = get_or_404(session, name)
+    result = _analysis(session, collection, dict(request.query_params))
+    headers = {"X-Grader-Id": str(result.grader.id)}  # the body's settings name it too (model, prompt class, template)
+    if fmt == "json":
+        body = json.dumps(leaderboard_analysis_json(result), indent=1)
+        return Response(body, media_type="application/json", headers=headers)
+    table = render_tables([leaderboard_table(result.board)], formats[fmt])  # type: ignore[arg-type]
     return PlainTextResponse(table, headers=headers)
 
 
@@ -227,12 +201,36 @@ def qrels_export(
     name: str, request: Request, user: CurrentUser = Depends(require("viewer")), session: Session = db
 ) -> Response:
     collection = get_or_404(session, name)
-    lb_request, grader = _request(session, collection, dict(request.query_params))
-    data = evaluation_data(session, collection, lb_request)
-    qrels = qrels_for(data, lb_request)
+    lb_request = _request(session, collection, dict(request.query_params))
+    qrels = qrels_for(evaluation_data(session, collection, lb_request), lb_request)
     lines = [f"{q} 0 {p} {label}\n" for q, docs in sorted(qrels.items()) for p, label in sorted(docs.items())]
-    headers = {"Content-Disposition": content_disposition(f"{name}.qrels"), "X-Grader-Id": str(grader.id)}
+    headers = {"Content-Disposition": content_disposition(f"{name}.qrels"), "X-Grader-Id": str(lb_request.grader_id)}
     return PlainTextResponse("".join(lines), headers=headers)
+
+
+# ---- compare --------------------------------------------------------------------------------
+
+
+def _compare(session: Session, collection: Collection, params: dict[str, Any]) -> CompareAnalysis:
+    """A and B: the page's settings with each side's version and grader (CIs are not shown: none drawn)."""
+    for key, limits in (("a_version", bounds.VERSION), ("b_version", bounds.VERSION)):
+        bounded_int(params, key, limits)
+    for key in ("a_grader", "b_grader"):
+        bounded_int(params, key, bounds.ID)
+    sides = [
+        leaderboard_analysis(
+            session,
+            collection,
+            _request(
+                session,
+                collection,
+                {**params, "version": params.get(f"{side}_version"), "grader": params.get(f"{side}_grader")},
+                bootstrap_samples=0,
+            ),
+        )
+        for side in ("a", "b")
+    ]
+    return compare_analysis(*sides)
 
 
 @router.get("/c/{name}/compare", name="compare_page")
@@ -241,150 +239,53 @@ def compare_page(
 ) -> Response:
     """Two leaderboards (rubric versions or graders) side by side: rank changes and Kendall τ between them."""
     params = dict(request.query_params)
-    for key, limits in (("a_version", bounds.VERSION), ("b_version", bounds.VERSION)):
-        bounded_int(params, key, limits)
-    for key in ("a_grader", "b_grader"):
-        bounded_int(params, key, bounds.ID)
     collection = get_or_404(session, name)
-    left = board_view(
-        session, collection, {**params, "version": params.get("a_version"), "grader": params.get("a_grader")}
-    )
-    right = board_view(
-        session, collection, {**params, "version": params.get("b_version"), "grader": params.get("b_grader")}
-    )
-    a = {s["name"]: s for s in left["systems"] if s["name"] != OVERALL}
-    b = {s["name"]: s for s in right["systems"] if s["name"] != OVERALL}
-    common = sorted(set(a) & set(b))
-    tau = (
-        kendalltau([a[s]["score"] for s in common], [b[s]["score"] for s in common]).statistic
-        if len(common) > 1
-        else None
-    )
-    rows = sorted(
-        (
-            {
-                "name": s,
-                "a": a[s]["score"],
-                "b": b[s]["score"],
-                "rank_a": a[s]["predicted"],
-                "rank_b": b[s]["predicted"],
-                "moved": (a[s]["predicted"] or 0) - (b[s]["predicted"] or 0),
-            }
-            for s in common
-        ),
-        key=lambda r: r["rank_b"] or 0,
-    )
+    result = _compare(session, collection, params)
+    choices = _choices(session, collection)
+    coverage = {
+        side.grader.id: grader_view.option_of(choices["graders"], side.grader.id) for side in (result.a, result.b)
+    }
     return render(
         request,
         "compare.html",
-        {
-            "user": user,
-            "collection": name,
-            "rows": rows,
-            "tau": tau,
-            "left": left,
-            "right": right,
-            "params": params,
-            **_choices(session, collection),
-        },
+        {"user": user, "collection": name, "compare": result, "coverage": coverage, "params": params, **choices},
     )
+
+
+@router.get("/c/{name}/compare.json", name="compare_export")
+def compare_export(
+    name: str, request: Request, user: CurrentUser = Depends(require("viewer")), session: Session = db
+) -> Response:
+    """The compare page's numbers as JSON: the same contract as ``rubric compare --format json``."""
+    result = _compare(session, get_or_404(session, name), dict(request.query_params))
+    return Response(json.dumps(compare_json(result), indent=1), media_type="application/json")
 
 
 # ---- agreement ------------------------------------------------------------------------------
 
 
-def _kappa(pairs: list[tuple[bool, bool]]) -> tuple[float, Confusion]:
-    tp = sum(1 for p, r in pairs if p and r)
-    fp = sum(1 for p, r in pairs if p and not r)
-    fn = sum(1 for p, r in pairs if not p and r)
-    stats = Confusion(tp, fp, fn, len(pairs) - tp - fp - fn)
-    return stats.kappa(), stats
+def _agreement(
+    session: Session, collection: Collection, grader: int | None, min_answers: int, min_judgment: int
+) -> AgreementAnalysis:
+    chosen = _grader(session, collection, grader)
+    return agreement_analysis(
+        session, collection, grader_id=chosen.id, min_answers=(min_answers,), min_judgment=min_judgment
+    )
 
 
-def agreement_view(
-    session: Session,
-    collection: Collection,
-    grader: GraderRef,
-    min_answers: int,
-    min_judgment: int,
-    official: dict[str, float],
-) -> dict[str, Any]:
-    data = load_evaluation_data(session, collection, model=None, prompt_class=None, grader_id=grader.id)
-    graded, pool = data.graded, data.pool
-    judgments = queries.load_judgments(session, pool)
-    tables = build_agreement_tables(graded, judgments, grader.is_self_rated, [min_answers], min_judgment)
-    judged = [(q, p, max(js)) for q, docs in judgments.items() for p, js in docs.items() if js]
-    sweep = []
-    for tau in range(1, 6):
-        pairs = [(_max(graded, q, p) >= tau, rel >= min_judgment) for q, p, rel in judged if p in graded.get(q, {})]
-        kappa, _ = _kappa(pairs)
-        sweep.append({"tau": tau, "kappa": kappa, "kendall": _leaderboard_tau(data, tau, official)})
+def agreement_view(result: AgreementAnalysis) -> dict[str, Any]:
+    """The agreement page's view model: tables with their heat, the sweep, the worst 50 items, the overrides."""
     return {
-        "tables": [_table_view(as_table(t), t) for t in tables],
-        "sweep": sweep,
-        "per_item": _per_item(graded, judgments, min_judgment),
-        "overrides": _override_agreement(session, pool, graded),
+        "tables": [_table_view(t) for t in result.tables],
+        "sweep": result.sweep,
+        "per_item": result.per_item[:50],
+        "n_items": len(result.per_item),
+        "overrides": result.overrides,
     }
 
 
-def _max(graded: Any, query_id: str, passage_id: str) -> int:
-    grade: PassageGrade = graded[query_id][passage_id]
-    return max(grade.ratings.values(), default=0)
-
-
-def _leaderboard_tau(data: EvaluationData, tau: int, official: dict[str, float]) -> float | None:
-    """Kendall τ of the Cover leaderboard at threshold ``tau`` against the official one."""
-    if not official:
-        return None
-    scores = score_systems(data, LeaderboardRequest(measure="cover", min_rating=tau, bootstrap_samples=0))
-    try:
-        return rank_correlation({s.system: s.score for s in scores if s.system != OVERALL}, official).kendall
-    except MissingSystemsError:
-        return None
-
-
-def _per_item(graded: Any, judgments: Any, min_judgment: int, tau: int = 4) -> list[dict[str, Any]]:
-    """For each item, κ of "rated ≥ 4" against "judged relevant" over its query's judged passages."""
-    result = []
-    for query_id, docs in graded.items():
-        items = sorted({i for grade in docs.values() for i in grade.ratings})
-        for item_id in items:
-            pairs = [
-                (docs[p].ratings.get(item_id, 0) >= tau, max(js) >= min_judgment)
-                for p, js in judgments.get(query_id, {}).items()
-                if p in docs and js
-            ]
-            kappa, stats = _kappa(pairs)
-            result.append(
-                {
-                    "query": query_id,
-                    "item_id": item_id,
-                    "kappa": kappa,
-                    "tp": stats.tp,
-                    "fp": stats.fp,
-                    "fn": stats.fn,
-                    "tn": stats.tn,
-                }
-            )
-    return sorted(result, key=lambda r: r["kappa"])
-
-
-def _override_agreement(session: Session, pool: queries.PoolKeys, graded: Any) -> dict[str, Any] | None:
-    overrides = queries.load_overrides(session, pool)
-    pairs = []
-    for entry_pk, by_item in overrides.items():
-        query_id, passage_id = pool.keys[entry_pk]
-        grade = graded.get(query_id, {}).get(passage_id)
-        for item_id, human in by_item.items():
-            if grade is not None and item_id in grade.ratings:
-                pairs.append((human, grade.ratings[item_id]))
-    if not pairs:
-        return None
-    kappa, stats = _kappa([(llm >= 4, human >= 4) for human, llm in pairs])
-    return {"n": len(pairs), "exact": sum(1 for h, g in pairs if h == g) / len(pairs), "kappa": kappa, "stats": stats}
-
-
-def _table_view(table: Any, raw: Any) -> dict[str, Any]:
+def _table_view(raw: Any) -> dict[str, Any]:
+    table = as_table(raw)
     peak = max((c for row in raw.counts for c in row), default=1) or 1
     return {
         "title": table.title,
@@ -395,37 +296,50 @@ def _table_view(table: Any, raw: Any) -> dict[str, Any]:
     }
 
 
+MinAnswers = Query(1, ge=bounds.MIN_ANSWERS[0], le=bounds.MIN_ANSWERS[1])
+MinJudgment = Query(2, ge=bounds.MIN_JUDGMENT_RANGE[0], le=bounds.MIN_JUDGMENT_RANGE[1])
+GraderParam = Query(None, ge=bounds.ID[0], le=bounds.ID[1])
+
+
 @router.get("/c/{name}/agreement", name="agreement_page")
 def agreement_page(
     name: str,
     request: Request,
-    min_answers: int = Query(1, ge=bounds.MIN_ANSWERS[0], le=bounds.MIN_ANSWERS[1]),
-    min_judgment: int = Query(2, ge=bounds.MIN_JUDGMENT_RANGE[0], le=bounds.MIN_JUDGMENT_RANGE[1]),
-    grader: int | None = Query(None, ge=bounds.ID[0], le=bounds.ID[1]),
+    min_answers: int = MinAnswers,
+    min_judgment: int = MinJudgment,
+    grader: int | None = GraderParam,
     user: CurrentUser = Depends(require("viewer")),
     session: Session = db,
 ) -> Response:
     collection = get_or_404(session, name)
-    chosen = _grader(session, collection, grader)
-    try:
-        view = agreement_view(
-            session, collection, chosen, min_answers, min_judgment, official_leaderboard(session, collection)
-        )
-    except GraderSelectionError as error:
-        raise HTTPException(400, str(error)) from None
+    result = _agreement(session, collection, grader, min_answers, min_judgment)
     return render(
         request,
         "agreement.html",
         {
             "user": user,
             "collection": name,
-            "view": view,
+            "view": agreement_view(result),
             "min_answers": min_answers,
             "min_judgment": min_judgment,
-            "grader": chosen.id,
-            **_choices(session, collection, chosen.id),
+            "grader": result.grader.id,
+            **_choices(session, collection, result.grader.id),
         },
     )
+
+
+@router.get("/c/{name}/agreement.json", name="agreement_export")
+def agreement_export(
+    name: str,
+    min_answers: int = MinAnswers,
+    min_judgment: int = MinJudgment,
+    grader: int | None = GraderParam,
+    user: CurrentUser = Depends(require("viewer")),
+    session: Session = db,
+) -> Response:
+    """The agreement page's numbers as JSON: the contract of ``rubric agreement --sweep --format json``."""
+    result = _agreement(session, get_or_404(session, name), grader, min_answers, min_judgment)
+    return Response(json.dumps(agreement_analysis_json(result), indent=1), media_type="application/json")
 
 
 # ---- oversight ------------------------------------------------------------------------------
@@ -453,50 +367,23 @@ def oversight_page(
     user: CurrentUser = Depends(require("viewer")),
     session: Session = db,
 ) -> Response:
-    """One page (at most PER_PAGE rows) of an oversight table, filtered by query, item and grade server-side."""
+    """One page (at most PER_PAGE rows) of an oversight view, filtered by query, item and grade server-side."""
     collection = get_or_404(session, name)
+    if view not in oversight_pages.CLI_ANALYSES:
+        raise HTTPException(404, "views: bad, uncovered, verify, impact")
     chosen = _grader(session, collection, grader)
-    model, prompt_class = chosen.model, chosen.prompt_class
     filters = oversight_pages.RowFilter(
         query or None, item or None, bounded_int({"grade": grade}, "grade", oversight_pages.GRADE)
     )
-    if view == "bad":
-        table = bad_questions_table(
-            session,
-            collection,
-            model=model,
-            prompt_class=prompt_class,
-            grader_id=chosen.id,
-            min_judgment=min_judgment,
-            min_rating=min_rating,
-        )
-    elif view == "uncovered":
-        table = uncovered_table(
-            session,
-            collection,
-            model=model,
-            prompt_class=prompt_class,
-            grader_id=chosen.id,
-            min_judgment=min_judgment,
-            min_rating=min_rating,
-        )
-    elif view == "verify":
-        table = verify_grading_table(
-            session, collection, model=model, prompt_class=prompt_class, grader_id=chosen.id, query_id=filters.query
-        )
-    elif view == "impact":
-        table = oversight_pages.impact_table(
-            session,
-            collection,
-            model=None,
-            prompt_class=None,
-            grader_id=chosen.id,
-            min_rating=min_rating,
-            query_id=filters.query,
-        )
-    else:
-        raise HTTPException(404, "views: bad, uncovered, verify, impact")
-    shown = oversight_pages.page_of(table, filters, page)
+    shown = oversight_pages.oversight_page(
+        session,
+        collection,
+        view,
+        chosen,
+        thresholds=oversight_pages.Thresholds(min_rating, min_judgment),
+        filters=filters,
+        page=page,
+    )
     return render(
         request,
         "oversight.html",
@@ -505,8 +392,9 @@ def oversight_page(
             "collection": name,
             "view": view,
             "table": shown,
-            "filters": filters,
-            "page_params": _page_params(min_rating, min_judgment, chosen.id, filters),
+            "filters": shown.filters,
+            "query_ids": oversight_pages.query_choices(session, collection),
+            "page_params": _page_params(min_rating, min_judgment, chosen.id, shown.filters),
             "min_rating": min_rating,
             "min_judgment": min_judgment,
             "grader": chosen.id,

@@ -16,6 +16,7 @@ from app.collections import service
 from app.collections.errors import ImportFormatError
 from app.collections.graders import grader_coverage, set_primary_grader
 from app.collections.importing import ImportFiles, import_into
+from app.collections.naming import follows_rule, rename_command
 from app.collections.queries import collection_summaries
 from app.collections.schemas import INT32_MAX
 from app.errors import DomainError, Invalid
@@ -42,7 +43,17 @@ def collections_page(
 
 
 def _summaries(session: Session) -> list[dict[str, Any]]:
-    return [{"name": n, "queries": q, "passages": p, "systems": s} for n, q, p, s in collection_summaries(session)]
+    """One row per collection; one stored before the naming rule gets no link but its rename command."""
+    return [
+        {
+            "name": n,
+            "queries": q,
+            "passages": p,
+            "systems": s,
+            "rename_command": None if follows_rule(n) else rename_command(n),
+        }
+        for n, q, p, s in collection_summaries(session)
+    ]
 
 
 @router.post("/collections/import", name="import_collection")

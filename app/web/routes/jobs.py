@@ -17,7 +17,16 @@ from app.errors import Invalid, NotFound
 from app.grading.engine import CellScope
 from app.grading.models import configured_models, model_for_label
 from app.grading.prompts import prompt_class_names
-from app.grading.service import GraderSpec, plan_for, validate_spec
+from app.grading.service import (
+    MAX_NEW_TOKENS_MAX,
+    MAX_RETRIES_MAX,
+    SEED_MAX,
+    TIMEOUT_MAX,
+    TIMEOUT_MIN,
+    GraderSpec,
+    plan_for,
+    validate_spec,
+)
 from app.jobs import service
 from app.jobs.launch import collection_grader, launch_grading, system_scope
 from app.models import Collection, Job, JobBatch, Query, System
@@ -49,6 +58,17 @@ def job_row(job: Job) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
+class RunOptions:
+    """How the model is asked (seed and output tokens: part of the grader's identity) and how
+    patiently (timeout and retries of the openai backend: not part of it). Empty fields: defaults."""
+
+    seed: int | None = None
+    max_new_tokens: int | None = None
+    timeout: float = 120.0
+    max_retries: int = 6
+
+
+@dataclass(frozen=True)
 class LaunchForm:
     """The launch form's fields, shared by the estimate and the launch itself."""
 
@@ -58,9 +78,15 @@ class LaunchForm:
     mode: str
     query_id: str
     system: str
+    run: RunOptions = RunOptions()
 
     def spec(self) -> GraderSpec:
-        return _spec(self.backend, self.model, self.prompt_class, self.mode)
+        return _spec(self.backend, self.model, self.prompt_class, self.mode, self.run)
+
+    def fields(self) -> dict[str, Any]:
+        """The form's fields as the estimate's hidden inputs carry them to the launch (None: empty)."""
+        values = {k: v for k, v in asdict(self).items() if k != "run"} | asdict(self.run)
+        return {k: "" if v is None else v for k, v in values.items()}
 
 
 def launch_form(
@@ -70,11 +96,16 @@ def launch_form(
     mode: str = Form("score", max_length=20),
     query_id: str = Form("", max_length=QUERY_ID_MAX, pattern=NO_NUL),
     system: str = Form("", max_length=SYSTEM_NAME_MAX, pattern=NO_NUL),
+    seed: int | None = Form(None, ge=0, le=SEED_MAX),
+    max_new_tokens: int | None = Form(None, ge=1, le=MAX_NEW_TOKENS_MAX),
+    timeout: float = Form(120.0, ge=TIMEOUT_MIN, le=TIMEOUT_MAX),
+    max_retries: int = Form(6, ge=0, le=MAX_RETRIES_MAX),
 ) -> LaunchForm:
-    return LaunchForm(backend, model, prompt_class, mode, query_id, system)
+    run = RunOptions(seed, max_new_tokens, timeout, max_retries)
+    return LaunchForm(backend, model, prompt_class, mode, query_id, system, run)
 
 
-def _spec(backend: str, model: str, prompt_class: str, mode: str) -> GraderSpec:
+def _spec(backend: str, model: str, prompt_class: str, mode: str, run: RunOptions) -> GraderSpec:
     """A validated grader from the form: the model is a configured label (or the backend's default)."""
     if backend not in ("similarity", "hf", "openai") or mode not in ("score", "generate"):
         raise Invalid("backend: similarity, hf or openai; mode: score or generate")
@@ -86,6 +117,7 @@ def _spec(backend: str, model: str, prompt_class: str, mode: str) -> GraderSpec:
         model_label=model or None,
         prompt_class=prompt_class,
         mode=mode,  # type: ignore[arg-type]
+        **asdict(run),
     )
     validate_spec(spec)
     return spec
@@ -112,6 +144,13 @@ def _page_context(session: Session, collection: Any, user: CurrentUser) -> dict[
             session.scalars(select(System.name).where(System.collection_id == collection.id).order_by(System.name))
         ),
         "current": current.as_dict(),
+        "bounds": {
+            "seed_max": SEED_MAX,
+            "max_new_tokens_max": MAX_NEW_TOKENS_MAX,
+            "timeout_min": TIMEOUT_MIN,
+            "timeout_max": TIMEOUT_MAX,
+            "max_retries_max": MAX_RETRIES_MAX,
+        },
         "models": sorted(configured_models()),
         "estimate": None,
     }
@@ -139,7 +178,7 @@ def estimate(
     cells = plan_for(session, collection, spec, None, _scope(session, collection, form.query_id, form.system))
     figures = service.estimate(session, spec, cells, get_settings().prices)
     context = _page_context(session, collection, user)
-    context["estimate"] = {**figures.as_dict(), "form": asdict(form)}
+    context["estimate"] = {**figures.as_dict(), "form": form.fields()}
     return render(request, "jobs.html", context, block="estimate")
 
 
