@@ -37,9 +37,7 @@ ModelOpt = Annotated[str | None, typer.Option("--model", help="Grader model (Gra
 PromptClassOpt = Annotated[str | None, typer.Option("--prompt-class", help="Grader prompt class.")]
 GraderOpt = Annotated[
     int | None,
-    typer.Option(
-        "--grader", min=1, max=2**63 - 1, help="Grader by id (default: the collection's primary grader)."
-    ),
+    typer.Option("--grader", min=1, max=2**63 - 1, help="Grader by id (default: the collection's primary grader)."),
 ]
 FormatOpt = Annotated[str, typer.Option("--format", help="tsv, json, md or latex.")]
 MEASURE_HELP = measures.HELP

@@ -136,9 +136,7 @@ def _failed(url: str, backend: OpenAIBackend, error: openai.APIError, models: tu
     if rejected == "seed":
         return PreflightFailed(f"{url}: the server rejects the parameter 'seed' ({detail}); run without --seed")
     if rejected == "logprobs":
-        return PreflightFailed(
-            f"{url}: the server rejects the parameter 'logprobs' ({detail}); use --mode generate"
-        )
+        return PreflightFailed(f"{url}: the server rejects the parameter 'logprobs' ({detail}); use --mode generate")
     return PreflightFailed(f"{url}: HTTP {status} {type(error).__name__} ({detail})")
 
 

@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 from app.collections.queries import GraderRef
 from app.collections.service import official_leaderboard
 from app.evaluation.correlation import rank_correlation, scores_to_ranks
+from app.evaluation.cover import OVERALL
 from app.evaluation.formatting import Table, nan_to_none
 from app.evaluation.types import Leaderboard
 from app.leaderboards.measures import TrecMeasure
@@ -61,7 +62,10 @@ def leaderboard_analysis(
     board = build_leaderboard(data, request, official)
     per_query = None
     if per_query_level is not None and isinstance(request.measure, TrecMeasure):
-        per_query = manual_per_query_correlation(session, collection, data, request, min_judgment=per_query_level)
+        derived = {s.system: s.per_query for s in board.systems if s.system != OVERALL}
+        per_query = manual_per_query_correlation(
+            session, collection, data, request, min_judgment=per_query_level, predicted=derived
+        )
     return LeaderboardAnalysis(request, data.grader, board, predicted_ranks(board), per_query)
 
 

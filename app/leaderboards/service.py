@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+import ir_measures
 from sqlalchemy.orm import Session
 
 from app.collections import queries, snapshot
@@ -102,6 +107,7 @@ class EvaluationData:
     grades: GradeFrame
     ranking: RankingFrame
     pool: queries.PoolKeys
+    structure_token: str = ""  # the snapshot's: which pool and rankings these frames are ("" = unknown)
 
     @property
     def graded(self) -> GradedPool:
@@ -144,7 +150,7 @@ def load_evaluation_data(
                 for item, rating in by_item.items()
             }
         )
-    return EvaluationData(grader, grades, current.structure.rankings, current.structure.pool)
+    return EvaluationData(grader, grades, current.structure.rankings, current.structure.pool, current.structure.token)
 
 
 def default_version(session: Session, collection: Collection, grader: GraderRef) -> int | None:
@@ -273,8 +279,13 @@ def manual_per_query_correlation(
     request: LeaderboardRequest,
     *,
     min_judgment: int = params.DEFAULT_MANUAL_LEVEL,
+    predicted: Mapping[str, Mapping[str, float]] | None = None,
 ) -> PerQueryCorrelation:
-    """Per query: systems ordered by the measure on derived qrels vs on the manual judgments."""
+    """Per query: systems ordered by the measure on derived qrels vs on the manual judgments.
+
+    ``predicted`` (system → query → value on the derived qrels) is what ``score_systems`` already
+    computed for the same request, when the caller has it: the same trec evaluation is not run twice.
+    """
     params.bounded("min_judgment", min_judgment, params.MANUAL_LEVEL)
     judgments = queries.load_judgments(session, data.pool)
     manual: Qrels = {q: {p: max(js) for p, js in docs.items()} for q, docs in judgments.items()}
@@ -282,13 +293,46 @@ def manual_per_query_correlation(
         raise Invalid(f"per-query correlation needs a trec_eval measure, not {request.measure}")
     measure = request.measure.at(request.min_rating)
     runs = data.ranking.runs(top_depth(measure))
-    predicted = per_query_values(qrels_for(data, request), runs, measure)
-    reference = per_query_values(manual, runs, request.measure.at(min_judgment))
+    if predicted is None:
+        predicted = per_query_values(qrels_for(data, request), runs, measure)
+    reference = _manual_values(data, manual, request.measure.at(min_judgment), runs)
     return PerQueryCorrelation(
         min_rating=1 if request.min_rating is None else request.min_rating,
         min_judgment=min_judgment,
         queries=per_query_correlation(predicted, reference),
     )
+
+
+MAX_MANUAL_CACHED = 16  # per-process manual per-query tables (collection structure × judgments × measure)
+_manual_cache: OrderedDict[tuple[str, str, str], dict[str, dict[str, float]]] = OrderedDict()
+_manual_lock = threading.Lock()
+
+
+def _manual_values(
+    data: EvaluationData, manual: Qrels, measure: ir_measures.Measure, runs: Any
+) -> dict[str, dict[str, float]]:
+    """``per_query_values`` of the manual qrels, cached by content.
+
+    The key is the rankings' structure token, the measure (with its level) and a digest of the
+    judgments as read now: judgments may be re-imported without moving the grades' revision, so
+    the key is what they are, never when they were written. The manual side does not depend on the
+    grader, so every grader and threshold of a collection shares one evaluation.
+    """
+    if not data.structure_token:
+        return per_query_values(manual, runs, measure)
+    digest = hashlib.blake2b(repr(sorted(manual.items())).encode(), digest_size=20).hexdigest()
+    key = (f"{data.pool.collection_id}:{data.structure_token}", str(measure), digest)
+    with _manual_lock:
+        cached = _manual_cache.get(key)
+        if cached is not None:
+            _manual_cache.move_to_end(key)
+            return cached
+    values = per_query_values(manual, runs, measure)
+    with _manual_lock:
+        _manual_cache[key] = values
+        while len(_manual_cache) > MAX_MANUAL_CACHED:
+            _manual_cache.popitem(last=False)
+    return values
 
 
 def predicted_ranks(board: Leaderboard) -> dict[str, float]:

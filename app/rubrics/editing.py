@@ -113,9 +113,7 @@ def apply_edit(
     return EditResult(version, result_added, removed)
 
 
-def _check(
-    session: Session, change: ItemChange, by_item_id: dict[str, int], items: dict[int, BankItem]
-) -> int:
+def _check(session: Session, change: ItemChange, by_item_id: dict[str, int], items: dict[int, BankItem]) -> int:
     """The item's primary key in the newest version, if it still holds the text the editor saw."""
     pk = by_item_id.get(change.item_id or "")
     if pk is not None and items[pk].text == change.expected_text:

@@ -88,4 +88,3 @@ def create_app() -> FastAPI:
     errors.install(app)
     security.install(app)
     return app
-

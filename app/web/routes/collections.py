@@ -93,9 +93,7 @@ def _collection_name(raw: str) -> str:
     return name
 
 
-async def _import_refused(
-    request: Request, user: CurrentUser, session: Session, message: str, status: int
-) -> Response:
+async def _import_refused(request: Request, user: CurrentUser, session: Session, message: str, status: int) -> Response:
     """The collections page again, with the refusal on it (the import's own transaction rolled back)."""
     collections = await run_in_threadpool(_summaries, session)
     context = {"user": user, "collections": collections, "errors": [message]}

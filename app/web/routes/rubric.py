@@ -191,9 +191,7 @@ async def accept_drafts(
 def _publish_and_regrade(session: Session, collection: Collection, version: RubricVersion, user: CurrentUser) -> None:
     """Grade whatever of the new version is not cached yet (the batches start after the commit)."""
     spec = collection_grader(session, collection)
-    launch_grading(
-        session, collection, spec, rubric_version=version.number, launched_by=user.name, kind="regrade"
-    )
+    launch_grading(session, collection, spec, rubric_version=version.number, launched_by=user.name, kind="regrade")
 
 
 @router.get("/c/{name}/history", name="history_page")
