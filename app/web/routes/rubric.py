@@ -26,7 +26,7 @@ from app.jobs.launch import collection_grader, launch_after_edit, launch_grading
 from app.models import BankItem, Collection, GradeOverride, ItemFlag, Passage, Query, RubricVersion
 from app.rubrics.editing import EditConflict, ItemChange, apply_edit
 from app.rubrics.generation import accept_draft
-from app.rubrics.service import create_version, latest_version, version_item_pks
+from app.rubrics.service import create_version, latest_version, version_by_number, version_item_pks
 from app.sqlutil import upsert
 from app.web import grader_view, grid_view
 from app.web.deps import CurrentUser, db, is_htmx, render, require
@@ -179,10 +179,8 @@ async def accept_drafts(
     """Publish the checked draft items (the unchecked ones are rejected) and grade them."""
     accepted = [str(v) for v in (await request.form()).getlist("item_id")]
     collection = get_or_404(session, name)
-    draft = session.scalar(
-        select(RubricVersion).where(RubricVersion.collection_id == collection.id, RubricVersion.number == number)
-    )
-    if draft is None or draft.status != "draft":
+    draft = version_by_number(session, collection, number)
+    if draft.status != "draft":
         raise HTTPException(404, f"no draft version {number}")
     _publish_and_regrade(session, collection, accept_draft(session, collection, draft, accepted, user.name), user)
     return RedirectResponse(str(path_for(request, "collection_page", name=name)), status_code=303)
@@ -228,11 +226,7 @@ def history_page(
 
 
 def _version_texts(session: Session, collection: Collection, number: int) -> dict[str, tuple[str, str]]:
-    version = session.scalar(
-        select(RubricVersion).where(RubricVersion.collection_id == collection.id, RubricVersion.number == number)
-    )
-    if version is None:
-        raise HTTPException(404, f"no rubric version {number}")
+    version = version_by_number(session, collection, number)
     pks = version_item_pks(session, version)
     rows = session.execute(
         select(BankItem.item_id, BankItem.text, Query.query_id)
@@ -259,11 +253,7 @@ def revert(
     session: Session = db,
 ) -> Response:
     collection = get_or_404(session, name)
-    target = session.scalar(
-        select(RubricVersion).where(RubricVersion.collection_id == collection.id, RubricVersion.number == number)
-    )
-    if target is None:
-        raise HTTPException(404, f"no rubric version {number}")
+    target = version_by_number(session, collection, number)
     version = create_version(
         session,
         collection,
