@@ -14,7 +14,7 @@ from app.models.collection import (
 )
 from app.models.grading import DIRECT_ITEM, Grade, GradeCache, Grader
 from app.models.jobs import Job, JobBatch
-from app.models.review import ROLES, GradeOverride, ItemFlag, User
+from app.models.review import ROLES, GradeOverride, ItemFlag, OverrideEvent, User
 from app.models.rubric import BankItem, RubricVersion, RubricVersionItem
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "Grader",
     "GradeOverride",
     "ItemFlag",
+    "OverrideEvent",
     "ROLES",
     "User",
     "Job",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import DateTime, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy import Boolean, DateTime, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.models.base import Base, utcnow
@@ -22,6 +22,8 @@ class User(Base):
     role: Mapped[str] = mapped_column(String(20))
     password_hash: Mapped[str] = mapped_column(String(200))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # Set when an organizer disables the account: it can no longer sign in, and its sessions end.
+    disabled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 
 class GradeOverride(Base):
@@ -35,6 +37,40 @@ class GradeOverride(Base):
     item_id: Mapped[str] = mapped_column(String(300))
     rating: Mapped[int] = mapped_column(Integer)
     judge: Mapped[str] = mapped_column(String(100))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # When ``rating`` was last set (``created_at`` is when the cell was first overridden).
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class OverrideEvent(Base):
+    """One judge's action on one cell, in order: the audit trail behind undo, judge agreement and trends.
+
+    ``rating`` is the cell's override after the action (None: cleared); ``previous_rating`` and
+    ``previous_judge`` what it was before, so undo restores exactly that. ``model_rating`` is the
+    grade the judge was shown, so judge-vs-grader agreement needs no join to a grader that may
+    have been regraded since. ``undone`` marks an action that an undo reversed.
+    """
+
+    __tablename__ = "override_event"
+    __table_args__ = (
+        Index("ix_override_event_judge", "collection_id", "judge", "id"),
+        Index("ix_override_event_cell", "pool_entry_pk", "item_id"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    collection_id: Mapped[int] = mapped_column(ForeignKey("collection.id", ondelete="CASCADE"))
+    pool_entry_pk: Mapped[int] = mapped_column(ForeignKey("pool_entry.id", ondelete="CASCADE"))
+    item_id: Mapped[str] = mapped_column(String(300))
+    judge: Mapped[str] = mapped_column(String(100))
+    action: Mapped[str] = mapped_column(String(20))  # set | accept | clear
+    rating: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    previous_rating: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    previous_judge: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    model_rating: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    grader_pk: Mapped[int | None] = mapped_column(ForeignKey("grader.id", ondelete="SET NULL"), nullable=True)
+    # How the cell was chosen: "grid", "queue" (uncertainty order) or "sample" (uniform; PPI needs it).
+    source: Mapped[str] = mapped_column(String(20), default="grid")
+    undone: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from fastapi import HTTPException
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -176,15 +175,3 @@ def _keep(row: dict[str, Any], filters: GridFilters) -> bool:
         relevant, high = row["judgment"] >= RELEVANT, row["max_grade"] >= HIGH_GRADE
         return bool(relevant != high)
     return True
-
-
-def check_cell(session: Session, collection: Collection, pool_entry_pk: int, item_id: str) -> None:
-    """A cell of this collection: the pool entry and the item both belong to it."""
-    entry_query = session.scalar(
-        select(Query.collection_id).join(PoolEntry, PoolEntry.query_pk == Query.id).where(PoolEntry.id == pool_entry_pk)
-    )
-    item = session.scalar(
-        select(BankItem.id).where(BankItem.collection_id == collection.id, BankItem.item_id == item_id)
-    )
-    if entry_query != collection.id or item is None:
-        raise HTTPException(404, "no such cell in this collection")

@@ -12,7 +12,6 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.collections.schemas import (
-    ID_MAX,
     INT32_MAX,
     ITEM_ID_MAX,
     NO_NUL,
@@ -23,11 +22,10 @@ from app.collections.schemas import (
 from app.config import get_settings
 from app.grading.models import configured_models
 from app.jobs.launch import collection_grader, launch_after_edit, launch_grading
-from app.models import BankItem, Collection, GradeOverride, ItemFlag, Passage, Query, RubricVersion
+from app.models import BankItem, Collection, ItemFlag, Passage, Query, RubricVersion
 from app.rubrics.editing import EditConflict, ItemChange, apply_edit
 from app.rubrics.generation import accept_draft
 from app.rubrics.service import create_version, latest_version, version_by_number, version_item_pks
-from app.sqlutil import upsert
 from app.web import grader_view, grid_view
 from app.web.deps import CurrentUser, db, is_htmx, render, require
 from app.web.routes.collections import get_or_404
@@ -295,45 +293,3 @@ def grid_page(
         "grader_view": chosen,
     }
     return render(request, "grid.html", context, block="grid" if is_htmx(request) else None)
-
-
-@router.post("/c/{name}/override", name="override")
-def override(
-    name: str,
-    pool_entry: int = Form(..., ge=1, le=ID_MAX),
-    item_id: str = Form(..., max_length=ITEM_ID_MAX, pattern=NO_NUL),
-    rating: int = Form(...),  # 0..5, checked below (a 400 naming the scale)
-    user: CurrentUser = Depends(require("judge")),
-    session: Session = db,
-) -> dict[str, Any]:
-    collection = get_or_404(session, name)
-    if not 0 <= rating <= 5:
-        raise HTTPException(400, "a grade is 0 to 5")
-    grid_view.check_cell(session, collection, pool_entry, item_id)
-    upsert(
-        session,
-        GradeOverride,
-        [{"pool_entry_pk": pool_entry, "item_id": item_id, "rating": rating, "judge": user.name}],
-        keys=["pool_entry_pk", "item_id"],
-        update=["rating", "judge"],
-    )
-    return {"pool_entry": pool_entry, "item_id": item_id, "rating": rating, "judge": user.name}
-
-
-@router.post("/c/{name}/flag", name="flag")
-def flag(
-    name: str,
-    item_id: str = Form(..., max_length=ITEM_ID_MAX, pattern=NO_NUL),
-    reason: str = Form("spurious", max_length=2000, pattern=NO_NUL),
-    user: CurrentUser = Depends(require("judge")),
-    session: Session = db,
-) -> dict[str, Any]:
-    collection = get_or_404(session, name)
-    upsert(
-        session,
-        ItemFlag,
-        [{"collection_id": collection.id, "item_id": item_id, "flagged_by": user.name, "reason": reason}],
-        keys=["collection_id", "item_id"],
-        update=["flagged_by", "reason"],
-    )
-    return {"item_id": item_id, "flagged": True}
