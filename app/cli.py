@@ -191,13 +191,23 @@ def leaderboard_command(
             help="Manual judgments' relevance level for --per-query-correlation (TREC DL: 2).",
         ),
     ] = 2,
+    exclude_flagged: Annotated[
+        bool, typer.Option("--exclude-flagged", help="Leave out the items judges flagged as spurious.")
+    ] = False,
+    significance: Annotated[
+        bool,
+        typer.Option("--significance", help="Test each system against the next one down (paired randomisation)."),
+    ] = False,
+    trials: Annotated[
+        int, typer.Option("--trials", min=100, max=100_000, help="Sign flips of the randomisation test.")
+    ] = 10_000,
 ) -> None:
     """Score every system and correlate with the official leaderboard (the web's leaderboard page)."""
     from app.collections.readers import read_official
     from app.collections.service import get_collection
     from app.config import get_settings
     from app.leaderboards import service
-    from app.leaderboards.analysis import leaderboard_analysis, leaderboard_analysis_json
+    from app.leaderboards.analysis import leaderboard_analysis, leaderboard_analysis_json, significance_table
 
     settings = get_settings()
     output = _format(fmt)
@@ -212,6 +222,7 @@ def leaderboard_command(
                 reference_rounding=reference_rounding,
                 bootstrap_samples=bootstrap if bootstrap is not None else settings.bootstrap_samples,
                 bootstrap_seed=seed if seed is not None else settings.bootstrap_seed,
+                exclude_flagged=exclude_flagged,
             )
         )
     if per_query_correlation and checked.is_cover:
@@ -221,12 +232,20 @@ def leaderboard_command(
         request = replace(checked, grader_id=_grader_id(session, target, grader, model, prompt_class))
         ranks = {system: rank for _, system, rank in read_official(official)} if official else None
         result = leaderboard_analysis(
-            session, target, request, official=ranks, per_query_level=min_judgment if per_query_correlation else None
+            session,
+            target,
+            request,
+            official=ranks,
+            per_query_level=min_judgment if per_query_correlation else None,
+            significance=significance,
+            trials=trials,
         )
     if output == "json":
         typer.echo(json.dumps(leaderboard_analysis_json(result), indent=1))
     else:
         typer.echo(service.leaderboard_table(result.board).render(output), nl=False)
+        if result.significance is not None:
+            typer.echo("\n" + significance_table(result.significance).render(output), nl=False)
 
 
 def _grader_id(session: Any, target: Any, grader: int | None, model: str | None, prompt_class: str | None) -> int:
@@ -777,6 +796,104 @@ def prompts_command() -> None:
         )
 
 
+review_app = typer.Typer(help="The judges' review queue: the next cells to review, progress and agreement.")
+app.add_typer(review_app, name="review")
+ReviewFormatOpt = Annotated[str, typer.Option("--format", help="table or json.")]
+
+
+def _review_format(fmt: str) -> str:
+    if fmt not in ("table", "json"):
+        _fail(f"unknown format {fmt!r}: use table or json")
+    return fmt
+
+
+@review_app.command("next")
+def review_next(
+    collection: CollectionArg,
+    mode: Annotated[str, typer.Option("--mode", help="priority (effect × uncertainty) or uniform (PPI sample).")] = (
+        "priority"
+    ),
+    seed: Annotated[
+        int | None, typer.Option("--seed", min=0, max=2**32 - 1, help="Uniform mode; default: the judge's own.")
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=1000, help="How many cells.")] = 10,
+    judge: Annotated[str, typer.Option("--judge", help="Whose queue (and uniform seed).")] = "cli",
+    query: Annotated[str | None, typer.Option("--query", help="Only this query's cells.")] = None,
+    exclude: Annotated[str, typer.Option("--exclude", help="any: cells anyone reviewed; mine: the judge's.")] = "any",
+    min_rating: Annotated[int, typer.Option("--min-rating", min=0, max=5, help="The Cover threshold.")] = 4,
+    grader: GraderOpt = None,
+    fmt: ReviewFormatOpt = "table",
+) -> None:
+    """The next cells of a judge's review queue, with why each was chosen."""
+    from app.collections.service import get_collection
+    from app.review.queue import QueueRequest, next_cells
+
+    output = _review_format(fmt)
+    with _user_errors(), _session() as session:
+        target = get_collection(session, collection)
+        request = QueueRequest(
+            judge=judge,
+            mode=mode,  # type: ignore[arg-type]  # checked by QueueRequest.check
+            grader_id=grader,
+            query_id=query,
+            seed=seed,
+            exclude=exclude,  # type: ignore[arg-type]  # checked by QueueRequest.check
+            min_rating=min_rating,
+        )
+        queue = next_cells(session, target, request, limit=limit)
+    if output == "json":
+        typer.echo(json.dumps(queue.as_json(), indent=2))
+        return
+    err.print(f"{queue.remaining} of {queue.total} cells left · grader #{queue.grader.id} · {queue.mode}")
+    typer.echo("#\tquery\tpassage\titem\tgrade\tE[grade]\tpriority\teffect\tuncertainty\tsystems\tdisagree")
+    for c in queue.cells:
+        expected = "" if c.expected is None else f"{c.expected:.2f}"
+        grade = "" if c.rating is None else str(c.rating)
+        typer.echo(
+            f"{c.position}\t{c.query_id}\t{c.passage_id}\t{c.item_id}\t{grade}\t{expected}\t{c.priority:.3g}\t"
+            f"{c.effect:.3g}\t{c.uncertainty:.2f}\t{c.reach}\t{'yes' if c.disagree else ''}"
+        )
+
+
+@review_app.command("stats")
+def review_stats_command(
+    collection: CollectionArg,
+    min_rating: Annotated[int, typer.Option("--min-rating", min=0, max=5, help="The Cover threshold of κ.")] = 4,
+    grader: GraderOpt = None,
+    fmt: ReviewFormatOpt = "table",
+) -> None:
+    """Progress per judge and query, κ between judges, and each judge against the grader over time."""
+    from dataclasses import asdict
+
+    from app.collections.service import get_collection
+    from app.review.agreement import review_agreement
+    from app.review.progress import progress
+    from app.review.queue import QueueRequest, next_cells
+
+    output = _review_format(fmt)
+    with _user_errors(), _session() as session:
+        target = get_collection(session, collection)
+        in_queue = next_cells(session, target, QueueRequest("cli", grader_id=grader, min_rating=min_rating)).per_query
+        done = progress(session, target, in_queue)
+        agreement = review_agreement(session, target, threshold=min_rating)
+    if output == "json":
+        typer.echo(json.dumps({"progress": asdict(done), "agreement": asdict(agreement)}, indent=2))
+        return
+    typer.echo(f"reviewed {done.reviewed} of {done.in_queue} cells in the queue")
+    typer.echo("judge\treviewed\taccepted\tchanged\tqueue\tsample\tlast")
+    for j in done.judges:
+        typer.echo(f"{j.judge}\t{j.reviewed}\t{j.accepted}\t{j.changed}\t{j.queue}\t{j.sample}\t{j.last_at or ''}")
+    typer.echo("\nquery\treviewed\tin_queue")
+    for q in done.queries:
+        typer.echo(f"{q.query_id}\t{q.reviewed}\t{q.in_queue}")
+    typer.echo(f"\njudges\tcells\texact\tkappa@{agreement.threshold}")
+    for p in agreement.pairs:
+        typer.echo(f"{p.first}·{p.second}\t{p.agreement.n}\t{p.agreement.exact:.2f}\t{p.agreement.kappa:.2f}")
+    typer.echo(f"\njudge\t{agreement.granularity}\tratings\texact\tkappa vs grader")
+    for t in agreement.trend:
+        typer.echo(f"{t.judge}\t{t.period}\t{t.agreement.n}\t{t.agreement.exact:.2f}\t{t.agreement.kappa:.2f}")
+
+
 collections_app = typer.Typer(help="List collections with their sizes; rename one.")
 app.add_typer(collections_app, name="collections")
 
@@ -829,6 +946,58 @@ def user_add(
     except DomainError as error:
         _fail(str(error))
     err.print(f"created {role} {name!r}")
+
+
+UserNameArg = Annotated[str, typer.Argument(help="User name (any letter case).")]
+
+
+def _manage_user(name: str, action: Callable[[Any, Any], None], done: str) -> None:
+    """One account action by name; a refusal (unknown user, bad role or password, last organizer) exits 2."""
+    from app.accounts.service import user_or_404
+
+    with _user_errors(), _session() as session:
+        account = user_or_404(session, name)
+        action(session, account)
+        shown = account.name
+    err.print(f"{shown}: {done}")
+
+
+@user_app.command("set-role")
+def user_set_role(name: UserNameArg, role: Annotated[str, typer.Argument(help="viewer, judge or organizer.")]) -> None:
+    """Change a user's role (in force at their next request); the last organizer cannot be demoted."""
+    from app.accounts.service import set_role
+
+    _manage_user(name, lambda session, account: set_role(session, account, role), f"role set to {role}")
+
+
+@user_app.command("reset-password")
+def user_reset_password(
+    name: UserNameArg,
+    password: Annotated[
+        str | None, typer.Option("--password", help="Default: asked for on the terminal.", envvar="RUBRIC_PASSWORD")
+    ] = None,
+) -> None:
+    """Set a new password (the password rules apply); every session of the user ends."""
+    from app.accounts.service import reset_password
+
+    secret = password or typer.prompt("new password", hide_input=True, confirmation_prompt=True)
+    _manage_user(name, lambda session, account: reset_password(session, account, secret), "password reset")
+
+
+@user_app.command("disable")
+def user_disable(name: UserNameArg) -> None:
+    """Stop a user signing in and end their sessions; the last organizer cannot be disabled."""
+    from app.accounts.service import disable_user
+
+    _manage_user(name, disable_user, "disabled; their sessions ended")
+
+
+@user_app.command("enable")
+def user_enable(name: UserNameArg) -> None:
+    """Let a disabled user sign in again."""
+    from app.accounts.service import enable_user
+
+    _manage_user(name, enable_user, "enabled")
 
 
 @app.command("serve")

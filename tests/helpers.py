@@ -49,3 +49,64 @@ def import_dev(dl19_dev: Path, *extra: str | Path) -> None:
         str(dl19_dev / "questions.jsonl.gz"),
         *(str(e) for e in extra),
     )
+
+
+_showcases: dict[Path, Path] = {}
+# bench/evaluate.py's synthetic collection at DL19's shape (dl19-dev: 43 queries, 37 runs), with a
+# pool of 25 passages per query (DL19 pools ~200: their import alone would take minutes in CI).
+DL19_SHAPE = {"N_QUERIES": 43, "N_SYSTEMS": 37, "N_ITEMS": 10, "DEPTH": 20, "POOL_PER_QUERY": 25}
+
+
+def showcase(directory: Path, template: Path) -> Path:
+    """``build_showcase`` once per test process (screenshots and axe share it; the pages only read it)."""
+    if template not in _showcases:
+        _showcases[template] = build_showcase(directory, template)
+    return _showcases[template]
+
+
+def build_showcase(directory: Path, template: Path) -> Path:
+    """A SQLite file holding every page's data, for the browser-only checks (screenshots, axe):
+
+    ``sample`` (imported, graded by the default grader: a finished job, history) and ``dl``, the
+    synthetic collection of bench/web.py cut to DL19's shape (DL19_SHAPE: 43 queries × 10 items,
+    37 systems, graded; its full bench size takes minutes to import), with one user per role of
+    tests/web/conftest.py. ``template`` is the migrated empty database.
+    """
+    import shutil
+
+    import pytest
+
+    import bench.evaluate
+    from app.accounts.service import create_user
+    from app.config import get_settings
+    from app.db import engine_for, session_scope
+    from bench.web import build_dl
+    from tests.conftest import Database, _drain_embedded_worker
+    from tests.grading.conftest import import_sample
+    from tests.jobs.helpers import launch, wait_job
+    from tests.web.conftest import PASSWORDS
+
+    path = directory / "showcase.sqlite"
+    shutil.copy(template, path)
+    url = f"sqlite:///{path}"
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setenv("RUBRIC_DATABASE_URL", url)
+        monkeypatch.delenv("RUBRIC_REDIS_URL", raising=False)
+        for name, value in DL19_SHAPE.items():
+            monkeypatch.setattr(bench.evaluate, name, value)
+        get_settings.cache_clear()
+        engine = engine_for(url)
+        try:
+            import_sample(directory)
+            database = Database(url, engine, "sqlite")
+            wait_job(database, launch(database))
+            build_dl(directory)
+            with session_scope() as session:
+                for role, password in PASSWORDS.items():
+                    create_user(session, role, role, password)
+            _drain_embedded_worker()
+        finally:
+            engine.dispose()
+            engine_for.cache_clear()
+            get_settings.cache_clear()
+    return path

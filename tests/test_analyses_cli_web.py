@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 from collections.abc import Iterator
+from contextlib import closing
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from markupsafe import escape
 from scipy.stats import kendalltau
 from sqlalchemy import select
 
@@ -31,7 +35,7 @@ from app.leaderboards.service import load_evaluation_data
 from app.models import Grade, GradeOverride, Grader
 from app.rubrics.service import latest_version
 from app.web.main import create_app
-from tests.conftest import TEST_DATA, Database
+from tests.conftest import TEST_DATA, Database, PostgresServer, _postgres_database, _sqlite_copy, _use_database
 from tests.helpers import cli, import_dev
 from tests.web.conftest import PASSWORDS, login
 
@@ -89,18 +93,74 @@ def _override_cells(db: Database, grader_id: int, n: int) -> None:
         session.commit()
 
 
-@pytest.fixture
-def dev(database: Database, dl19_dev: Path) -> dict[str, int]:
+@dataclass(frozen=True)
+class BuiltDev:
+    """dl19-dev imported once per module and backend: the database to copy, and what the tests look up."""
+
+    backend: str
+    source: str  # the SQLite file, or the PostgreSQL database used as a template
+    ids: dict[str, int]
+
+
+def _seed_dev(db: Database, dl19_dev: Path) -> dict[str, int]:
     """dl19-dev with its official ranks, a viewer, the imported grader, a twin grader and 6 overrides."""
     import_dev(dl19_dev, "--official", OFFICIAL)
     with session_scope() as session:
         create_user(session, "viewer", "viewer", PASSWORDS["viewer"])
-    first, twin = twin_grader(database, "dl19")
-    _override_cells(database, first, 6)
+    first, twin = twin_grader(db, "dl19")
+    _override_cells(db, first, 6)
     with session_scope() as session:
         version = latest_version(session, get_collection(session, "dl19"))
         assert version is not None
         return {"first": first, "twin": twin, "version": version.number}
+
+
+@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def built_dev(
+    request: pytest.FixtureRequest,
+    dl19_dev: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    sqlite_template: Path,
+    postgres_server: PostgresServer | None,
+    postgres_template: str | None,
+) -> BuiltDev:
+    """The import takes 10-16 s (PostgreSQL): done once per backend here, each test gets a copy."""
+    backend = str(request.param)
+    if backend == "sqlite":
+        url = _sqlite_copy(tmp_path_factory.mktemp("dev"), sqlite_template)
+    else:
+        if postgres_server is None or postgres_template is None:
+            pytest.skip("PostgreSQL server binaries not installed (set RUBRIC_REQUIRE_POSTGRES=1 to make this fail)")
+        url = _postgres_database(postgres_server, postgres_template)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        using = _use_database(url, backend, monkeypatch)
+        try:
+            ids = _seed_dev(next(using), dl19_dev)
+        finally:
+            next(using, None)  # disposes every engine: a template database must have no connection
+    return BuiltDev(backend, url.removeprefix("sqlite:///") if backend == "sqlite" else url.rsplit("/", 1)[1], ids)
+
+
+@pytest.fixture
+def database(
+    built_dev: BuiltDev, tmp_path: Path, postgres_server: PostgresServer | None, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Database]:
+    """A private copy of the module's dl19 database: what one test writes, no other test sees."""
+    if built_dev.backend == "sqlite":
+        path = tmp_path / "rubric.sqlite"
+        with closing(sqlite3.connect(built_dev.source)) as source, closing(sqlite3.connect(path)) as target:
+            source.backup(target)  # WAL-safe, unlike a file copy
+        url = f"sqlite:///{path}"
+    else:
+        assert postgres_server is not None
+        url = _postgres_database(postgres_server, built_dev.source)
+    yield from _use_database(url, built_dev.backend, monkeypatch)
+
+
+@pytest.fixture
+def dev(database: Database, built_dev: BuiltDev) -> dict[str, int]:
+    """dl19-dev with its official ranks, a viewer, the imported grader, a twin grader and 6 overrides."""
+    return dict(built_dev.ids)
 
 
 @pytest.fixture
@@ -172,7 +232,9 @@ def test_agreement_cli_equals_web(dev: dict[str, int], web: TestClient) -> None:
     shown = re.findall(r"<tr><td>(\d)</td><td>([-0-9.]+)</td><td>([-0-9.]+)</td></tr>", sweep)
     assert shown == [(str(s["tau"]), f"{s['kappa']:.3f}", f"{s['kendall']:.3f}") for s in from_cli["sweep"]]
     items = page.split('data-testid="per-item"', 1)[1].split("</table>", 1)[0]
-    assert items.count("<tr><td>") == 50 and f"<code>{from_cli['per_item'][0]['item_id']}</code>" in items
+    worst = from_cli["per_item"][0]  # named by its question, the item id only in data attributes
+    assert items.count("<tr data-item=") == 50 and f'<tr data-item="{worst["item_id"]}">' in items
+    assert worst["item_text"] and f'title="{escape(worst["item_text"])}"' in items
     assert f"{from_cli['overrides']['n']} overridden cells" in page
     # the plain CLI contract (no --sweep) is still the list of tables
     assert (
@@ -226,7 +288,11 @@ def test_array_agreement_equals_the_per_passage_reference(dev: dict[str, int]) -
             assert list(result.tables) == tables
             sweep, items = _reference(data.graded, judgments, 2)
             assert [s.confusion for s in result.sweep] == sweep
-            assert {(r.query_id, r.item_id): r.confusion for r in result.per_item} == items
+            bank = queries.load_bank(session, latest_version(session, collection))
+            in_rubric = {(q, e.item_id) for q, entries in bank.items() for e in entries}  # per item: the rubric's
+            assert {(r.query_id, r.item_id): r.confusion for r in result.per_item} == {
+                key: confusion for key, confusion in items.items() if key in in_rubric
+            }
 
 
 # -- compare -----------------------------------------------------------------------------------

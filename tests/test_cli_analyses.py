@@ -128,7 +128,7 @@ def test_agreement_json_counts_are_consistent(dev_db: Database) -> None:
 
 def test_verify_analyses(dev_db: Database) -> None:
     bad = cli("verify", "dl19", "bad-questions", "--min-judgment", "1", "--min-rating", "4")
-    assert bad.splitlines()[0] == "query\titem\tcount\ttext"
+    assert bad.splitlines()[0] == "query\titem\tcount\titem_text"
     assert len(bad.splitlines()) > 1
     uncovered = cli("verify", "dl19", "uncovered", "--min-judgment", "2", "--min-rating", "4", "--format", "json")
     rows = json.loads(uncovered)[0]["rows"]

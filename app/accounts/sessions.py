@@ -37,13 +37,14 @@ def open_session(session: Session, user: User, max_age_seconds: int) -> str:
 
 
 def user_for_token(session: Session, token: object, now: datetime | None = None) -> User | None:
-    """The user of a live session, or None for a missing, unknown, ended or expired token."""
+    """The user of a live session, or None for a missing, unknown, ended or expired token, or a disabled user."""
     if not isinstance(token, str) or not token or len(token) > _MAX_TOKEN_LENGTH:
         return None
     query = (
         select(User)
         .join(AuthSession, AuthSession.user_id == User.id)
         .where(AuthSession.token_hash == _digest(token), AuthSession.expires_at > (now or utcnow()))
+        .where(User.disabled_at.is_(None))  # a disabled account's cookie opens nothing, whatever it holds
     )
     return session.scalars(query).first()
 

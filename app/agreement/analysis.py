@@ -7,7 +7,7 @@ the per-passage dicts: one vectorised pass per quantity.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -22,10 +22,12 @@ from app.evaluation.correlation import MissingSystemsError, rank_correlation
 from app.evaluation.cover import OVERALL
 from app.evaluation.formatting import Table, nan_to_none
 from app.evaluation.frame import NO_RATING, GradeFrame
+from app.evaluation.oversight import Bank
 from app.evaluation.types import Judgments
 from app.leaderboards.measures import Cover
 from app.leaderboards.service import EvaluationData, LeaderboardRequest, load_evaluation_data, score_systems
 from app.models import Collection
+from app.rubrics.service import latest_version
 
 SWEEP = (1, 2, 3, 4, 5)  # the self-rating thresholds τ of the sweep
 ITEM_THRESHOLD = 4  # per item and for the overrides: "rated ≥ 4" counts as relevant, as in the paper
@@ -50,6 +52,7 @@ class ItemKappa:
     item_id: str
     confusion: Confusion
     kappa: float
+    item_text: str = ""  # the question as the rubric words it (filled in by ``agreement_analysis``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +72,7 @@ class AgreementAnalysis:
     min_judgment: int
     tables: tuple[AgreementTable, ...]
     sweep: tuple[SweepPoint, ...]
-    per_item: tuple[ItemKappa, ...]  # lowest κ first
+    per_item: tuple[ItemKappa, ...]  # lowest κ first; only the newest rubric version's items
     overrides: OverrideAgreement | None  # None: no override of a cell the grader rated
 
 
@@ -82,9 +85,14 @@ def agreement_analysis(
     min_judgment: int,
     official: dict[str, float] | None = None,
 ) -> AgreementAnalysis:
-    """Everything the agreement page shows, for one grader (every item it graded, no overrides applied)."""
+    """Everything the agreement page shows, for one grader (no overrides applied).
+
+    The κ tables and the sweep count every item the grader graded; the per-item list keeps only the
+    newest rubric version's items, with their text (a question removed from the rubric is no row).
+    """
     data = load_evaluation_data(session, collection, grader_id=grader_id)
     judgments = queries.load_judgments(session, data.pool)
+    latest = latest_version(session, collection)
     if official is None:
         official = official_leaderboard(session, collection)
     tables = build_agreement_tables(data.grades, judgments, data.grader.is_self_rated, list(min_answers), min_judgment)
@@ -95,7 +103,7 @@ def agreement_analysis(
         min_judgment=min_judgment,
         tables=tuple(tables),
         sweep=tuple(_sweep_point(data, entries, relevant, tau, official) for tau in SWEEP),
-        per_item=item_kappas(data.grades, entries, relevant),
+        per_item=_in_rubric(item_kappas(data.grades, entries, relevant), queries.load_bank(session, latest)),
         overrides=override_agreement(data.grades, _overrides(session, data)),
     )
 
@@ -166,6 +174,14 @@ def item_kappas(frame: GradeFrame, entries: np.ndarray, relevant: np.ndarray) ->
     return tuple(sorted(result, key=lambda r: (r.kappa, r.query_id, r.item_id)))
 
 
+def _in_rubric(items: tuple[ItemKappa, ...], bank: Bank) -> tuple[ItemKappa, ...]:
+    """The items of ``bank`` (one rubric version) with their text, in the same order (no bank: all, untexted)."""
+    if not bank:
+        return items
+    texts = {(query_id, entry.item_id): entry.text for query_id, entries in bank.items() for entry in entries}
+    return tuple(replace(r, item_text=texts[r.query_id, r.item_id]) for r in items if (r.query_id, r.item_id) in texts)
+
+
 def _overrides(session: Session, data: EvaluationData) -> dict[tuple[int, str], int]:
     """The judges' overrides as (frame entry, item id) → rating."""
     position = data.grades.pool.positions()
@@ -213,7 +229,13 @@ def agreement_analysis_json(result: AgreementAnalysis) -> dict[str, Any]:
             for s in result.sweep
         ],
         "per_item": [
-            {"query": r.query_id, "item_id": r.item_id, "kappa": r.kappa, **_confusion_json(r.confusion)}
+            {
+                "query": r.query_id,
+                "item_id": r.item_id,
+                "item_text": r.item_text,
+                "kappa": r.kappa,
+                **_confusion_json(r.confusion),
+            }
             for r in result.per_item
         ],
         "overrides": None if result.overrides is None else _overrides_json(result.overrides),
@@ -237,8 +259,11 @@ def agreement_analysis_tables(result: AgreementAnalysis) -> list[Table]:
     )
     items = Table(
         title=f"Per item (rated >= {ITEM_THRESHOLD}), lowest kappa first",
-        columns=["query", "item", "kappa", "tp", "fp", "fn", "tn"],
-        rows=[[r.query_id, r.item_id, r.kappa, *_confusion_json(r.confusion).values()] for r in result.per_item],
+        columns=["query", "item", "item_text", "kappa", "tp", "fp", "fn", "tn"],
+        rows=[
+            [r.query_id, r.item_id, r.item_text, r.kappa, *_confusion_json(r.confusion).values()]
+            for r in result.per_item
+        ],
     )
     o = result.overrides
     overrides = Table(

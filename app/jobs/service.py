@@ -61,8 +61,13 @@ class Estimate:
     cached: int
     new: int
     seconds: float | None  # from the grader's measured throughput; None before its first batch
-    tokens: int  # rough prompt tokens of the new cells (characters / 4)
+    tokens: int | None  # rough prompt tokens of the new cells (characters / 4); None: the grader sends no prompt
     cost: float | None  # from the price table, for API backends
+    cells_per_second: float | None = None  # the measured speed behind ``seconds``
+
+    @property
+    def nothing_to_grade(self) -> bool:
+        return self.new == 0
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -72,11 +77,18 @@ class Estimate:
             "seconds": self.seconds,
             "tokens": self.tokens,
             "cost": self.cost,
+            "cells_per_second": self.cells_per_second,
+            "nothing_to_grade": self.nothing_to_grade,
         }
 
 
 def estimate(session: Session, spec: GraderSpec, cells: Sequence[Cell], prices: dict[str, Any]) -> Estimate:
-    """Split the cells into cached and new without loading any model, and price the new ones."""
+    """Split the cells into cached and new without loading any model, and price the new ones.
+
+    Time: new cells / the grader's measured cells per second (``throughput``). Prompt tokens,
+    ≈ (passage + item + 400 characters of template) / 4 per new cell, only for graders that send a
+    prompt to a language model: a similarity grader embeds texts and has no prompt to count.
+    """
     validate_spec(spec)
     method = build_method(spec)
     keys = [cache_key(method, c.input) for c in cells]
@@ -84,28 +96,40 @@ def estimate(session: Session, spec: GraderSpec, cells: Sequence[Cell], prices: 
     unique = dict(zip(keys, cells, strict=True))
     new = [cell for key, cell in unique.items() if key not in known]
     cached = sum(1 for key in keys if key in known)
-    tokens = sum(len(c.input.passage_text) + len(c.input.item_text) + 400 for c in new) // 4
+    prompted = spec.backend in ("hf", "openai")
+    tokens = sum(len(c.input.passage_text) + len(c.input.item_text) + 400 for c in new) // 4 if prompted else None
     rate = throughput(session, spec)
     price = prices.get(spec.model_ref) if spec.backend == "openai" else None
     cost = (
-        tokens / 1000 * float(price["input_per_1k"]) + len(new) * float(price.get("output_per_call", 0))
+        (tokens or 0) / 1000 * float(price["input_per_1k"]) + len(new) * float(price.get("output_per_call", 0))
         if price
         else None
     )
-    return Estimate(len(cells), cached, len(cells) - cached, len(new) / rate if rate else None, tokens, cost)
+    seconds = len(new) / rate if rate else None
+    return Estimate(len(cells), cached, len(cells) - cached, seconds, tokens, cost, rate)
+
+
+def _grader_identity(spec: GraderSpec) -> tuple[Any, ...]:
+    """What makes two specs the same grader for speed: model and prompt, not timeouts or retries."""
+    prompt = None if spec.backend == "similarity" else (spec.prompt_class, spec.custom_prompt)
+    return (spec.backend, spec.model_ref, spec.mode, prompt, spec.seed, spec.max_new_tokens, spec.base_url)
 
 
 def throughput(session: Session, spec: GraderSpec) -> float | None:
-    """Prompts per second measured on this grader's finished batches (model calls / seconds)."""
+    """Cells per second measured on this grader's finished batches: cells sent to the model / seconds.
+
+    The newest 200 batches that called the model; a grader is matched by what it grades with
+    (``_grader_identity``), so a run with another timeout or batch size counts for the same grader.
+    """
     rows = session.execute(
         select(JobBatch.model_calls, JobBatch.seconds, Job.params)
         .join(Job, Job.id == JobBatch.job_pk)
-        .where(JobBatch.state == "done", JobBatch.model_calls > 0)
+        .where(JobBatch.state == "done", JobBatch.model_calls > 0, JobBatch.seconds > 0)
         .order_by(JobBatch.id.desc())
         .limit(200)
     ).all()
-    wanted = spec.as_dict()
-    mine = [r for r in rows if r.params.get("grader") == wanted and r.seconds]
+    wanted = _grader_identity(spec)
+    mine = [r for r in rows if _grader_identity(GraderSpec.from_dict(r.params.get("grader", {}))) == wanted]
     seconds = sum(r.seconds for r in mine)
     return sum(r.model_calls for r in mine) / seconds if seconds else None
 
@@ -154,11 +178,15 @@ def queued_batches(session: Session, job_id: int) -> list[int]:
     return list(session.scalars(select(JobBatch.id).where(JobBatch.job_pk == job_id, JobBatch.state == "queued")))
 
 
-def cancel(session: Session, job: Job) -> None:
-    """Stop at the next batch boundary: queued batches are never started; a running one finishes."""
+def cancel(session: Session, job: Job, by: str | None = None) -> None:
+    """Stop at the next batch boundary: queued batches are never started; a running one finishes.
+
+    ``by`` names who cancelled, on the job's message (the page says why it stopped)."""
     if job.state in ACTIVE:
         job.state = "cancelled"
         job.finished_at = utcnow()
+        if by is not None:
+            job.message = f"cancelled by {by}"
         announce_cancel(session, job)
         session.execute(
             update(JobBatch).where(JobBatch.job_pk == job.id, JobBatch.state == "queued").values(state="cancelled")

@@ -6,7 +6,10 @@ app/cli.py), so both answer the same numbers for the same request.
 
 from __future__ import annotations
 
+import hashlib
 import math
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +21,9 @@ from app.collections.service import official_leaderboard
 from app.evaluation.correlation import rank_correlation, scores_to_ranks
 from app.evaluation.cover import OVERALL
 from app.evaluation.formatting import Table, nan_to_none
-from app.evaluation.types import Leaderboard
+from app.evaluation.significance import DEFAULT_TRIALS, Significance, adjacent_significance
+from app.evaluation.types import Leaderboard, SystemScore
+from app.leaderboards import params
 from app.leaderboards.measures import TrecMeasure
 from app.leaderboards.service import (
     LeaderboardRequest,
@@ -31,16 +36,59 @@ from app.leaderboards.service import (
 )
 from app.models import Collection
 
+OVERALL_EXPLANATION = {
+    "cover": "the share of each query's items that any pooled passage covers (the union over the whole "
+    "pool, at the threshold), averaged over queries: the ceiling a system could reach.",
+    "n-cover": "n-Cover's denominator is what the whole pool covers, so the pool itself scores 1 on every "
+    "query: the ceiling.",
+}
+SCORE_DECIMALS = 3  # the precision the board prints, and at which systems tie
+
+
+@dataclass(frozen=True, slots=True)
+class RankedSystem:
+    """A system's place on the board: competition rank on the printed score, and its query count.
+
+    Ranks are standard competition ranks ("1, 2, 2, 4") of the score rounded to ``SCORE_DECIMALS``:
+    two systems a reader sees with the same score share a rank, so the board never ranks a
+    difference it does not show. (``predicted`` keeps mean ranks of the exact scores for the
+    correlations, as the reference does.) ``n_queries`` counts the queries with a score for the
+    system (for Cover: where it ranks a graded passage in its top k).
+    """
+
+    system: str
+    rank: int
+    tied: bool
+    n_queries: int
+
 
 @dataclass(frozen=True, slots=True)
 class LeaderboardAnalysis:
-    """One leaderboard: the board, each system's predicted rank, and (trec measures) per-query correlation."""
+    """One leaderboard: the board, ranks, significance of adjacent pairs, and (trec) per-query correlation.
+
+    ``ranked`` follows the board's order without ``_overall_``, which ``overall`` holds (Cover only).
+    """
 
     request: LeaderboardRequest
     grader: GraderRef
     board: Leaderboard
     predicted: Mapping[str, float]  # system → rank on this board (best = 1), the overall row left out
     per_query: PerQueryCorrelation | None
+    ranked: tuple[RankedSystem, ...] = ()
+    overall: SystemScore | None = None
+    significance: Significance | None = None
+
+
+def competition_ranks(board: Leaderboard, decimals: int = SCORE_DECIMALS) -> tuple[RankedSystem, ...]:
+    """Competition ranks ("1, 2, 2, 4") of the board's systems (best first), on the score at ``decimals``."""
+    systems = [s for s in board.systems if s.system != OVERALL]
+    shown = [f"{s.score:.{decimals}f}" for s in systems]
+    ranked = []
+    for i, score in enumerate(systems):
+        first = shown.index(shown[i])  # the board is sorted by score: equal printed scores are consecutive
+        tied = shown.count(shown[i]) > 1
+        ranked.append(RankedSystem(score.system, first + 1, tied, len(score.per_query)))
+    return tuple(ranked)
 
 
 def leaderboard_analysis(
@@ -50,11 +98,15 @@ def leaderboard_analysis(
     *,
     official: dict[str, float] | None = None,
     per_query_level: int | None = None,
+    significance: bool = False,
+    trials: int = DEFAULT_TRIALS,
 ) -> LeaderboardAnalysis:
     """The leaderboard of ``request`` against ``official`` (default: the imported official ranks).
 
     With ``per_query_level`` and a trec measure, also the per-query correlation against the manual
-    judgments at that relevance level; Cover has no manual counterpart and gets none.
+    judgments at that relevance level; Cover has no manual counterpart and gets none. With
+    ``significance``, each system against the next one down (paired randomisation test over their
+    common queries, ``trials`` sign flips seeded by the bootstrap seed) and the groups it implies.
     """
     data = evaluation_data(session, collection, request)
     if official is None:
@@ -66,12 +118,107 @@ def leaderboard_analysis(
         per_query = manual_per_query_correlation(
             session, collection, data, request, min_judgment=per_query_level, predicted=derived
         )
-    return LeaderboardAnalysis(request, data.grader, board, predicted_ranks(board), per_query)
+    ranked = competition_ranks(board)
+    overall = next((s for s in board.systems if s.system == OVERALL), None)
+    tests = None
+    if significance:
+        params.bounded("trials", trials, params.TRIALS)
+        tests = board_significance(board, ranked, trials=trials, seed=request.bootstrap_seed)
+    return LeaderboardAnalysis(request, data.grader, board, predicted_ranks(board), per_query, ranked, overall, tests)
+
+
+MAX_SIGNIFICANCE_CACHED = 64
+_significance_cache: OrderedDict[str, Significance] = OrderedDict()
+_significance_lock = threading.Lock()
+
+
+def board_significance(board: Leaderboard, ranked: tuple[RankedSystem, ...], *, trials: int, seed: int) -> Significance:
+    """The adjacent-pair tests of ``board``, cached by its content (order, per-query scores, trials, seed).
+
+    Every open board re-fetches on the same event, and the page, its fragment and its export show
+    one board: the tests are a pure function of what the key digests, so one computation serves all.
+    """
+    order = [r.system for r in ranked]
+    per_system = {s.system: s.per_query for s in board.systems if s.system != OVERALL}
+    content = repr((order, [sorted(per_system[s].items()) for s in order], trials, seed)).encode()
+    key = hashlib.blake2b(content, digest_size=20).hexdigest()
+    with _significance_lock:
+        cached = _significance_cache.get(key)
+        if cached is not None:
+            _significance_cache.move_to_end(key)
+            return cached
+    result = adjacent_significance(order, per_system, trials=trials, seed=seed)
+    with _significance_lock:
+        _significance_cache[key] = result
+        while len(_significance_cache) > MAX_SIGNIFICANCE_CACHED:
+            _significance_cache.popitem(last=False)
+    return result
+
+
+def overall_explanation(measure: str) -> str | None:
+    """What the ``_overall_`` row means for ``measure`` (None: the measure has no such row)."""
+    return OVERALL_EXPLANATION.get(measure)
 
 
 def leaderboard_analysis_json(analysis: LeaderboardAnalysis) -> dict[str, Any]:
     """``rubric leaderboard --format json`` and the web's ``leaderboard.json``: one contract."""
-    return {**leaderboard_json(analysis.board, analysis.per_query), "grader_id": analysis.grader.id}
+    result = {**leaderboard_json(analysis.board, analysis.per_query), "grader_id": analysis.grader.id}
+    # competition ranks on the printed score, the overall row left out (``systems`` keeps its contract)
+    result["ranks"] = {r.system: {"rank": r.rank, "tied": r.tied, "n_queries": r.n_queries} for r in analysis.ranked}
+    if analysis.significance is not None:
+        result["significance"] = significance_json(analysis.significance)
+    return result
+
+
+def significance_json(result: Significance) -> dict[str, Any]:
+    """The adjacent-pair tests and groups, as ``--significance`` and ``leaderboard.json?significance=1`` give them."""
+    return {
+        "test": "paired randomisation (sign flip), two-sided; paired t-test alongside",
+        "alpha": result.alpha,
+        "trials": result.trials,
+        "seed": result.seed,
+        "groups": dict(result.groups),
+        "adjacent": [
+            {
+                "better": t.better,
+                "worse": t.worse,
+                "n_queries": t.n_queries,
+                "mean_difference": t.mean_difference,
+                "p_randomisation": t.p_randomisation,
+                "t": nan_to_none(t.t),
+                "p_t": nan_to_none(t.p_t),
+                "distinct": t.distinct,
+            }
+            for t in result.adjacent
+        ],
+    }
+
+
+def significance_table(result: Significance) -> Table:
+    """The same tests as a table (``rubric leaderboard --significance`` in tsv, md or LaTeX)."""
+    rows: list[list[Any]] = [
+        [
+            t.better,
+            t.worse,
+            result.groups[t.better],
+            t.n_queries,
+            t.mean_difference,
+            t.p_randomisation,
+            nan_to_none(t.t),
+            nan_to_none(t.p_t),
+            "yes" if t.distinct else "no",
+        ]
+        for t in result.adjacent
+    ]
+    return Table(
+        title="Significance: each system vs the next one down",
+        columns=["system", "next", "group", "n_queries", "mean_difference", "p_randomisation", "t", "p_t", "distinct"],
+        rows=rows,
+        footer=[
+            f"paired randomisation test, two-sided, {result.trials} trials, seed {result.seed}; alpha {result.alpha}",
+            "groups: " + ", ".join(f"{s}={g}" for s, g in result.groups.items()),
+        ],
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,8 @@ from app.collections.schemas import ID_MAX, INT32_MAX
 from app.errors import Invalid
 from app.evaluation.agreement import MAX_JUDGMENT, MIN_JUDGMENT
 from app.evaluation.qrels import MAX_MIN_ANSWERS, LabelRule
+from app.evaluation.significance import DEFAULT_TRIALS as DEFAULT_TRIALS  # re-exported for the routes
+from app.evaluation.significance import MAX_TRIALS
 from app.evaluation.trec import MAX_CUTOFF
 
 MIN_RATING = (0, 1000)  # a self-rating threshold (0..5), or a count label's level
@@ -26,6 +28,7 @@ DEFAULT_MANUAL_LEVEL = 2
 VERSION = (1, INT32_MAX)  # RubricVersion.number is a 32-bit column
 ID = (1, ID_MAX)  # a primary key: grader, job, pool entry
 BOOTSTRAP = (0, 100_000)  # resamples; 0 = no interval
+TRIALS = (100, MAX_TRIALS)  # sign flips of the paired randomisation test (default DEFAULT_TRIALS)
 
 
 def bounded(name: str, value: int, bounds: tuple[int, int]) -> int:

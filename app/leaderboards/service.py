@@ -29,6 +29,7 @@ from app.evaluation.types import Correlation, GradedPool, Leaderboard, Qrels, Sy
 from app.leaderboards import measures, params
 from app.leaderboards.measures import Cover, Measure, TrecMeasure
 from app.models import Collection
+from app.review.flags import flagged_ids
 from app.rubrics.service import latest_version, version_by_number
 
 
@@ -51,6 +52,7 @@ class LeaderboardRequest:
     bootstrap_seed: int
     include_overrides: bool  # judges' grade overrides replace the grader's ratings
     grader_id: int | None
+    exclude_flagged: bool  # items judges flagged as spurious are left out (see load_evaluation_data)
 
     def __init__(
         self,
@@ -64,6 +66,7 @@ class LeaderboardRequest:
         bootstrap_seed: int = 42,
         include_overrides: bool = False,
         grader_id: int | None = None,
+        exclude_flagged: bool = False,
     ) -> None:
         values = {
             # the name only: check_request bounds min_rating before the level is applied to the measure
@@ -77,6 +80,7 @@ class LeaderboardRequest:
             "bootstrap_seed": bootstrap_seed,
             "include_overrides": include_overrides,
             "grader_id": grader_id,
+            "exclude_flagged": exclude_flagged,
         }
         for name, value in values.items():
             object.__setattr__(self, name, value)
@@ -122,6 +126,7 @@ def load_evaluation_data(
     grader_id: int | None = None,
     rubric_version: int | None = None,
     include_overrides: bool = False,
+    exclude_flagged: bool = False,
     model: str | None = None,
     prompt_class: str | None = None,
 ) -> EvaluationData:
@@ -130,6 +135,12 @@ def load_evaluation_data(
     ``grader_id`` is the grader, resolved at the boundary (app/collections/graders.py:resolve_grader);
     None means the collection's primary grader. ``model``/``prompt_class`` are a transitional
     spelling of the same resolution for callers not yet migrated: they must name exactly one grader.
+
+    ``exclude_flagged`` drops the items judges flagged as spurious (app/review/flags.py) from the
+    grades, exactly as the rubric-version filter drops items a version does not hold: every
+    measure then sees the collection as if those items had never been in the bank. It is a toggle
+    of the evaluation, not a new rubric version, because a flag is one judge's opinion, reversible
+    by unflagging; publishing a version without the item is the organiser's lasting decision.
     """
     if grader_id is None:
         grader_id = resolve_grader(session, collection, model=model, prompt_class=prompt_class).id
@@ -139,6 +150,10 @@ def load_evaluation_data(
     if rubric_version is not None:
         version = version_by_number(session, collection, rubric_version)
         grades = grades.restrict_items(queries.version_item_ids(session, version))
+    if exclude_flagged:
+        flagged = flagged_ids(session, collection)
+        if flagged:
+            grades = grades.restrict_items(frozenset(grades.items) - flagged)
     if include_overrides:
         position = current.structure.position
         overrides = queries.load_overrides(session, current.structure.pool)
@@ -226,6 +241,7 @@ def build_leaderboard(
             "reference_rounding": request.reference_rounding,
             "bootstrap_samples": request.bootstrap_samples,
             "include_overrides": request.include_overrides,
+            "exclude_flagged": request.exclude_flagged,
         },
     )
 
@@ -237,6 +253,7 @@ def evaluation_data(session: Session, collection: Collection, request: Leaderboa
         collection,
         rubric_version=request.rubric_version,
         include_overrides=request.include_overrides,
+        exclude_flagged=request.exclude_flagged,
         grader_id=request.grader_id,
     )
 

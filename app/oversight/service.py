@@ -253,7 +253,7 @@ def _verify_rows(
             )
         return rows
 
-    return _Rows("Verify grading", ("query", "item", "question", "passage", "rating", "answers"), len(entry), build)
+    return _Rows("Verify grading", ("query", "item", "item_text", "passage", "rating", "answers"), len(entry), build)
 
 
 def _ratings_at(grades: GradeFrame, answered: snapshot.AnsweredCells) -> np.ndarray[Any, Any]:
@@ -277,7 +277,11 @@ def _spurious_rows(
     per_query_limit: int,
 ) -> _Rows:
     """Items rated ≥ R on passages judged non-relevant (any judgment < J): per query in pool order,
-    the ``per_query_limit`` most frequent, most frequent first (ties by item id)."""
+    the ``per_query_limit`` most frequent, most frequent first (ties by item id).
+
+    Only the latest rubric version's items: a question removed from the rubric is no longer a
+    judge's concern, whatever its old grades say (without any version, every graded item).
+    """
     current = snapshot.current(session, collection)
     index = current.structure.index
     grades = current.grades(session, grader.id)
@@ -286,17 +290,20 @@ def _spurious_rows(
     high = (grades.rating != NO_RATING) & (grades.rating >= thresholds.min_rating) & non_relevant[grades.entry]
     query = index.entry_query[grades.entry[high]]
     pairs, counts = np.unique(_cell_keys(query, grades.item[high]), return_counts=True)
-    texts = {e.item_id: e.text for items in _bank(session, collection).values() for e in items}
+    bank = _bank(session, collection)
+    texts = {e.item_id: e.text for items in bank.values() for e in items}
     per_query: dict[int, list[tuple[str, int]]] = {}
     for pair, count in zip(pairs.tolist(), counts.tolist(), strict=True):
-        per_query.setdefault(pair >> 32, []).append((grades.items[pair & 0xFFFFFFFF], count))
+        item_id = grades.items[pair & 0xFFFFFFFF]
+        if item_id in texts or not bank:
+            per_query.setdefault(pair >> 32, []).append((item_id, count))
     rows: list[tuple[Any, ...]] = []
     for q in sorted(per_query):
         ranked = sorted(per_query[q], key=lambda kv: (-kv[1], kv[0]))[:per_query_limit]
         rows += [(index.query_ids[q], item_id, count, texts.get(item_id) or "") for item_id, count in ranked]
     rows = [r for r in rows if filters.query in (None, r[0]) and filters.item in (None, r[1])]
     title = f"Items rated >= {thresholds.min_rating} on passages judged < {thresholds.min_judgment}"
-    return _listed(title, ("query", "item", "count", "text"), rows)
+    return _listed(title, ("query", "item", "count", "item_text"), rows)
 
 
 # ---- uncovered relevant passages -----------------------------------------------------------
@@ -361,7 +368,8 @@ def _impact_rows(
     session: Session, collection: Collection, grader: GraderRef, thresholds: Thresholds, filters: RowFilter
 ) -> _Rows:
     """Question impact (app/oversight/impact.py) of one query's items on the latest rubric version's
-    Cover leaderboard; never the whole collection at once (seconds at DL size)."""
+    Cover leaderboard; never the whole collection at once (seconds at DL size). Only that version's
+    items are listed (a removed question's old grades are no rubric question)."""
     version = latest_version(session, collection)
     request = LeaderboardRequest(
         measure="cover",
@@ -370,7 +378,7 @@ def _impact_rows(
         rubric_version=version.number if version else None,
     )
     title = f"Question impact (Cover, threshold {thresholds.min_rating})"
-    columns = ("query", "item", "question", "τ without it", "largest score changes")
+    columns = ("query", "item", "item_text", "τ without it", "largest score changes")
     if filters.query is None:
         return _listed(title, columns, [])
     data = load_evaluation_data(
@@ -387,7 +395,7 @@ def _impact_rows(
             ", ".join(f"{c.system} {c.delta:+.3f}" for c in r.changes[:3]),
         )
         for r in question_impact(data, request, filters.query, texts=texts)
-        if filters.item in (None, r.item_id)
+        if filters.item in (None, r.item_id) and ((r.query_id, r.item_id) in texts or version is None)
     ]
     return _listed(title, columns, rows)
 

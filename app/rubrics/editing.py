@@ -15,6 +15,7 @@ only the new item's cells need grading.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -100,14 +101,17 @@ def apply_edit(
     writer = CollectionWriter(session, collection)
     result_added: list[str] = []
     removed: list[str] = []
+    phrases: list[str] = []
     for change in changes:
+        before = _label(change, order, items, by_item_id)  # the item's place before the change moves it
         order = _apply(session, collection, writer, change, order, items, by_item_id, result_added, removed)
+        phrases.append(_phrase(change, before, order, items, by_item_id))
     version = create_version(
         session,
         collection,
         order,
         created_by=user,
-        note=note or _describe(changes),
+        note=note.strip() or describe(phrases),
         bank_meta=base.bank_meta if base else {},
     )
     return EditResult(version, result_added, removed)
@@ -243,8 +247,56 @@ def _insert_at(order: list[int], items: dict[int, BankItem], pk: int, position: 
     return order[:index] + [pk] + order[index:]
 
 
-def _describe(changes: Sequence[ItemChange]) -> str:
-    counts: dict[str, int] = {}
-    for change in changes:
-        counts[change.action] = counts.get(change.action, 0) + 1
-    return ", ".join(f"{action} {n}" for action, n in counts.items())
+def _place(order: list[int], items: dict[int, BankItem], pk: int) -> str:
+    """``q2``: the item's 1-based place among its query's items of its kind (``nugget 2`` for nuggets)."""
+    item = items[pk]
+    same = [other for other in order if items[other].query_pk == item.query_pk and items[other].kind == item.kind]
+    number = same.index(pk) + 1 if pk in same else len(same) + 1
+    return f"q{number}" if item.kind == "question" else f"{item.kind} {number}"
+
+
+def _label(change: ItemChange, order: list[int], items: dict[int, BankItem], by_item_id: dict[str, int]) -> str:
+    pk = by_item_id.get(change.item_id or "")
+    return _place(order, items, pk) if pk is not None else "an item"
+
+
+def _phrase(
+    change: ItemChange, before: str, order: list[int], items: dict[int, BankItem], by_item_id: dict[str, int]
+) -> str:
+    """What one applied change did, in the words of the history page: ``edited q2 of bees``."""
+    if change.action == "add":
+        return f"added 1 {change.kind} to {change.query_id}"
+    if change.action == "move":
+        after = _place(order, items, by_item_id[change.item_id or ""])
+        return f"moved {before} of {change.query_id} to {after}"
+    verb = "edited" if change.action == "edit" else "deleted"
+    return f"{verb} {before} of {change.query_id}"
+
+
+MAX_PHRASES = 4  # a longer note lists the first ones and counts the rest
+
+
+def describe(phrases: Sequence[str]) -> str:
+    """A version's note when the editor gave none: the changes, with additions to a query counted together."""
+    added: dict[tuple[str, str], int] = {}
+    kept: list[str] = []
+    for phrase in phrases:
+        match = re.fullmatch(r"added 1 (\S+) to (.+)", phrase)
+        if match is None:
+            kept.append(phrase)
+            continue
+        if (match[1], match[2]) not in added:
+            kept.append(phrase)  # a placeholder, rewritten with the count below
+        added[(match[1], match[2])] = added.get((match[1], match[2]), 0) + 1
+    counted = [_counted(phrase, added) for phrase in kept]
+    if len(counted) > MAX_PHRASES:
+        return "; ".join(counted[:MAX_PHRASES]) + f"; and {len(counted) - MAX_PHRASES} more changes"
+    return "; ".join(counted) or "no change"
+
+
+def _counted(phrase: str, added: dict[tuple[str, str], int]) -> str:
+    match = re.fullmatch(r"added 1 (\S+) to (.+)", phrase)
+    if match is None:
+        return phrase
+    n = added[(match[1], match[2])]
+    return f"added {n} {match[1]}{'s' if n != 1 else ''} to {match[2]}"

@@ -183,11 +183,10 @@ def accept_draft(
         raise Conflict(f"rubric version {draft.number} is not a draft (already reviewed)")
     drafted = set(draft.bank_meta.get("draft_items", []))
     wanted = set(accepted_item_ids)
-    accepted = [
-        pk
-        for pk, item_id in session.execute(select(BankItem.id, BankItem.item_id).where(BankItem.id.in_(drafted))).all()
-        if item_id in wanted
-    ]
+    rows = session.execute(select(BankItem.id, BankItem.item_id, BankItem.kind).where(BankItem.id.in_(drafted))).all()
+    accepted = [pk for pk, item_id, _ in rows if item_id in wanted]
+    kinds = {kind for _, _, kind in rows}
+    noun = f"{kinds.pop()}s" if len(kinds) == 1 else "items"
     base = version_item_pks(session, latest_version(session, collection))
     draft.status = "reviewed"
     return create_version(
@@ -195,5 +194,5 @@ def accept_draft(
         collection,
         base + [pk for pk in accepted if pk not in base],
         created_by=user,
-        note=f"accepted {len(accepted)} of {len(drafted)} drafted items from version {draft.number}",
+        note=f"accepted {len(accepted)} of {len(drafted)} drafted {noun} from version {draft.number}",
     )

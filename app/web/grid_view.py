@@ -1,9 +1,14 @@
-"""The passage × item grid of one query, as a view model: server-side filters and pagination."""
+"""The passage × item grid of one query, as a view model: server-side filters, sorting and pagination.
+
+Each cell carries the grader's grade (the *suggestion*, with E[grade] and confidence) next to the
+judge's grade (the *response*, with who set it and when); the colour follows the response when
+there is one, and a text mark always says which of the two is shown.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -20,11 +25,30 @@ from app.models import (
     RankingEntry,
     System,
 )
+from app.review.flags import Flag, flags
+from app.review.overrides import last_set
 from app.rubrics.service import latest_version, version_item_pks
+from app.web.query_nav import QueryNav, neighbours
 
 PAGE_SIZE = 50
 RELEVANT = 2  # judged relevant at 2+ (TREC DL's "highly relevant"/"perfect" levels)
 HIGH_GRADE = 4  # a grade that claims the passage answers the item
+COMPACT_FROM = 10  # question columns from which "auto" shows numbers only
+
+Sort = Literal["grade", "passage", "judgment", "systems", "disagree"]
+SORTS: dict[Sort, str] = {
+    "grade": "max grade (high first)",
+    "passage": "passage id",
+    "judgment": "judgment (high first)",
+    "systems": "number of systems",
+    "disagree": "disagreement first",
+}
+Compact = Literal["auto", "on", "off"]  # on: numbers only; off: answers and judges; auto: on from COMPACT_FROM
+COMPACT: dict[Compact, str] = {
+    "auto": f"auto (on from {COMPACT_FROM} questions)",
+    "on": "on: numbers only",
+    "off": "off: answers and judges",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +58,19 @@ class GridFilters:
     min_grade: int | None = None
     disagree: bool = False  # judged relevant but never graded high, or graded high but judged non-relevant
     page: int = 1
+    sort: Sort = "grade"
+    compact: Compact = "auto"
+
+    def params(self, grader: int | None) -> dict[str, Any]:
+        """Every setting but the page, as query parameters: paging and query links keep them all."""
+        params: dict[str, Any] = {"system": self.system or "", "judged": self.judged, "sort": self.sort}
+        params["min_grade"] = "" if self.min_grade is None else self.min_grade
+        params["compact"] = self.compact
+        if self.disagree:
+            params["disagree"] = "true"
+        if grader is not None:
+            params["grader"] = grader
+        return params
 
 
 def _items(session: Session, collection: Collection, query: Query) -> list[BankItem]:
@@ -44,20 +81,67 @@ def _items(session: Session, collection: Collection, query: Query) -> list[BankI
     return [found[pk] for pk in pks if pk in found]
 
 
+def _about(model: int | None, expected: float | None, confidence: float | None, grade: Grade | None) -> str:
+    """The grader's side of a cell in words (its title; the page appends the judge's side)."""
+    about = f"model {model if model is not None else 'not graded'}"
+    if expected is not None:
+        about += f" (E {expected:.1f}" + (f", p {confidence:.2f})" if confidence is not None else ")")
+    if grade is not None and grade.error:
+        about += f" · grader error: {grade.error}"
+    answer = (grade.extracted_answer or grade.raw_answer or "") if grade is not None else ""
+    return about + (f" · answer: {answer[:200]}" if answer else "")
+
+
 def _cell(grade: Grade | None, override: GradeOverride | None) -> dict[str, Any]:
-    rating = grade.self_rating if grade is not None else None
+    model = grade.self_rating if grade is not None else None
     confidence = max(grade.probabilities.values()) if grade is not None and grade.probabilities else None
-    shown = override.rating if override is not None else rating
+    shown = override.rating if override is not None else model
+    expected = grade.expected_grade if grade is not None else None
     return {
-        "rating": rating,
+        "about": _about(model, expected, confidence, grade),
+        "model": model,
         "shown": shown,
         "css": f"g{shown}" if shown is not None else "gnone",
-        "expected": grade.expected_grade if grade is not None else None,
+        "expected": expected,
         "confidence": confidence,
         "answer": (grade.extracted_answer or grade.raw_answer or "") if grade is not None else "",
         "error": grade.error if grade is not None else None,
-        "override": {"rating": override.rating, "judge": override.judge} if override is not None else None,
+        "override": {"rating": override.rating, "judge": override.judge, "at": last_set(override.updated_at)}
+        if override is not None
+        else None,
     }
+
+
+def _column(number: int, item: BankItem, flag: Flag | None) -> dict[str, Any]:
+    return {
+        "number": number,
+        "item_id": item.item_id,
+        "text": item.text,
+        "flag": {"by": flag.flagged_by, "at": flag.at, "reason": flag.reason} if flag is not None else None,
+    }
+
+
+def disagrees(judgment: int | None, max_grade: int | None) -> bool:
+    """Judged relevant but never graded high, or graded high but judged non-relevant."""
+    if judgment is None or max_grade is None:
+        return False
+    return (judgment >= RELEVANT) != (max_grade >= HIGH_GRADE)
+
+
+def _order(rows: list[dict[str, Any]], sort: Sort) -> None:
+    """Sort in place; every order ends on the passage id, so a page is stable across requests."""
+
+    def high_first(value: int | None) -> int:
+        return -(value if value is not None else -1)
+
+    keys = {
+        "grade": lambda r: (high_first(r["max_grade"]), r["passage_id"]),
+        "passage": lambda r: (r["passage_id"],),
+        "judgment": lambda r: (high_first(r["judgment"]), r["passage_id"]),
+        "systems": lambda r: (-len(r["systems"]), r["passage_id"]),
+        "disagree": lambda r: (not r["disagrees"], high_first(r["max_grade"]), r["passage_id"]),
+    }
+    rows.sort(key=keys[sort])
 
 
 def build(
@@ -107,6 +191,7 @@ def build(
             for key in ((entry.id, i.item_id) for i in items)
         ]
         known = [g for g in shown if g is not None]
+        max_grade = max(known) if known else None
         rows.append(
             {
                 "entry": entry.id,
@@ -114,24 +199,29 @@ def build(
                 "text": entry.text or "",
                 "judgment": judged.get(entry.id),
                 "systems": systems.get(entry.id, []),
-                "max_grade": max(known) if known else None,
+                "max_grade": max_grade,
+                "disagrees": disagrees(judged.get(entry.id), max_grade),
             }
         )
     rows = [r for r in rows if _keep(r, filters)]
-    rows.sort(key=lambda r: (-(r["max_grade"] if r["max_grade"] is not None else -1), r["passage_id"]))
+    _order(rows, filters.sort)
     pages = max(1, -(-len(rows) // PAGE_SIZE))
     page = min(filters.page, pages)
     shown_rows = rows[(page - 1) * PAGE_SIZE : page * PAGE_SIZE]
     _attach_cells(session, grader_pk, shown_rows, items, overrides)
     all_systems = sorted({name for names in systems.values() for name, _ in names})
+    flagged = flags(session, collection)
+    compact = filters.compact == "on" or (filters.compact == "auto" and len(items) >= COMPACT_FROM)
     return {
         "graded": grader_pk is not None,
-        "columns": [{"item_id": i.item_id, "text": i.text} for i in items],
+        "columns": [_column(n, i, flagged.get(i.item_id)) for n, i in enumerate(items, start=1)],
         "rows": shown_rows,
         "matching": len(rows),
         "page": page,
         "pages": pages,
         "systems": all_systems,
+        "compact": compact,
+        "params": filters.params(grader_pk),
     }
 
 
@@ -169,9 +259,9 @@ def _keep(row: dict[str, Any], filters: GridFilters) -> bool:
         return False
     if filters.min_grade is not None and (row["max_grade"] is None or row["max_grade"] < filters.min_grade):
         return False
-    if filters.disagree:
-        if row["judgment"] is None or row["max_grade"] is None:
-            return False
-        relevant, high = row["judgment"] >= RELEVANT, row["max_grade"] >= HIGH_GRADE
-        return bool(relevant != high)
-    return True
+    return not filters.disagree or bool(row["disagrees"])
+
+
+def navigation(session: Session, collection: Collection, query: Query) -> QueryNav:
+    """The previous and next query (keys ``[`` and ``]``) and where this one sits: "query 3 of 43"."""
+    return neighbours(session, collection, query.query_id)

@@ -21,7 +21,7 @@ from app.config import get_settings
 from app.jobs.launch import sweep_orphans
 from app.web import errors, security, uploads
 from app.web.deps import csrf_protect
-from app.web.routes import analysis, auth, collections, jobs, judging, rubric
+from app.web.routes import analysis, auth, collections, jobs, judging, review, rubric
 
 STATIC = Path(__file__).resolve().parents[2] / "static"
 log = logging.getLogger(__name__)
@@ -78,7 +78,7 @@ def create_app() -> FastAPI:
     )
     app.add_middleware(uploads.BodyLimit)  # bounds every request body while it streams
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
-    for module in (auth, collections, rubric, judging, analysis, jobs):
+    for module in (auth, collections, rubric, judging, review, analysis, jobs):
         app.include_router(module.router)
 
     @app.get("/healthz", include_in_schema=False)

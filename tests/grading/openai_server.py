@@ -75,17 +75,25 @@ def _digit_ids(backend: HuggingFaceBackend) -> dict[str, list[int]]:
 def _complete(
     backend: HuggingFaceBackend, state: ServerState, text: str, max_tokens: int, top: int | None
 ) -> tuple[str, list[Any]]:
+    if state.empty and (top is None or not state.logprobs):
+        return "", []  # the reply a client sees does not depend on the model: spare the CPU
     tokenizer, model = backend._tokenizer, backend._model
     encoded = tokenizer(text, return_tensors="pt", add_special_tokens=False)
     with torch.inference_mode():
-        logits = model(**encoded).logits[0, -1].float()
         if max_tokens == 1:  # greedy: the first token is the argmax (a score or a preflight request)
+            logits = model(**encoded).logits[0, -1].float()
             answer = tokenizer.decode([int(logits.argmax())], skip_special_tokens=True)
-        else:
+        else:  # the first step's logits come with the generation: one pass over the prompt, not two
             output = model.generate(
-                **encoded, max_new_tokens=max_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id
+                **encoded,
+                max_new_tokens=max_tokens,
+                do_sample=False,
+                pad_token_id=tokenizer.pad_token_id,
+                output_logits=True,
+                return_dict_in_generate=True,
             )
-            answer = tokenizer.decode(output[0, encoded["input_ids"].shape[1] :], skip_special_tokens=True)
+            logits = output.logits[0][0].float()
+            answer = tokenizer.decode(output.sequences[0, encoded["input_ids"].shape[1] :], skip_special_tokens=True)
     if state.empty:
         answer = ""
     probabilities = logits.softmax(-1)

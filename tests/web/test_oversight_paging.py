@@ -19,9 +19,25 @@ from tests.web.conftest import PASSWORDS, login
 MB = 1_000_000
 
 
+CELL = re.compile(r"<td([^>]*)>(.*?)</td>", re.S)
+
+
 def _rows(html: str) -> list[list[str]]:
+    """The table's rows in the CLI's columns: a question cell gives back its item id (``data-item``) and
+    text (the ``title``, uncut); the flag column is the web's own and is left out."""
     body = html.split("<tbody>", 1)[1].split("</tbody>", 1)[0]
-    return [re.findall(r"<td>(.*?)</td>", row, re.S) for row in body.split("<tr>")[1:]]
+    rows = []
+    for row in re.split(r"<tr[ >]", body)[1:]:
+        cells: list[str] = []
+        for attrs, inner in CELL.findall(row):
+            item = re.search(r'data-item="([^"]*)"', attrs)
+            if item:
+                title = re.search(r'title="([^"]*)"', inner)
+                cells += [item.group(1), title.group(1) if title else ""]
+            elif "flag-cell" not in attrs:
+                cells.append(inner)
+        rows.append(cells)
+    return rows
 
 
 def _summary(html: str) -> tuple[int, int, int]:

@@ -8,6 +8,7 @@ app/agreement/analysis.py, app/oversight), build a view model and render it: no 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from typing import Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
@@ -32,6 +33,8 @@ from app.leaderboards.analysis import (
     compare_json,
     leaderboard_analysis,
     leaderboard_analysis_json,
+    overall_explanation,
+    significance_table,
 )
 from app.leaderboards.params import bounded_int
 from app.leaderboards.service import (
@@ -44,6 +47,8 @@ from app.leaderboards.service import (
 )
 from app.models import Collection, RubricVersion
 from app.oversight import service as oversight_pages
+from app.review import flags
+from app.review.flags import Flag
 from app.web import charts, grader_view
 from app.web.deps import CurrentUser, db, db_slot, is_htmx, optional_user, render, require
 from app.web.routes.collections import get_or_404
@@ -73,7 +78,8 @@ def _request(
         label=str(params.get("label") or "max"),
         grader_id=grader.id,
         rubric_version=version if version is not None else default_version(session, collection, grader),
-        include_overrides=params.get("overrides") in ("1", "on", "true"),
+        include_overrides=_flag(params, "overrides"),
+        exclude_flagged=_flag(params, "exclude_flagged"),
         bootstrap_samples=bootstrap_samples,
     )
     return check_request(request)
@@ -83,40 +89,106 @@ def _per_query_level(params: dict[str, Any]) -> int | None:
     return bounded_int(params, "min_judgment", bounds.MANUAL_LEVEL, bounds.DEFAULT_MANUAL_LEVEL)
 
 
-def _analysis(session: Session, collection: Collection, params: dict[str, Any]) -> LeaderboardAnalysis:
-    """The leaderboard the page and its JSON export show (with per-query correlation for a trec measure)."""
+def _flag(params: dict[str, Any], name: str) -> bool:
+    return params.get(name) in ("1", "on", "true")
+
+
+def _analysis(
+    session: Session, collection: Collection, params: dict[str, Any], *, significance: bool | None = None
+) -> LeaderboardAnalysis:
+    """The leaderboard the page and its JSON export show (with per-query correlation for a trec measure).
+
+    ``significance`` None: as the query string asks (``significance=1``, what the exports follow).
+    """
     return leaderboard_analysis(
-        session, collection, _request(session, collection, params), per_query_level=_per_query_level(params)
+        session,
+        collection,
+        _request(session, collection, params),
+        per_query_level=_per_query_level(params),
+        significance=_flag(params, "significance") if significance is None else significance,
+        trials=bounded_int(params, "trials", bounds.TRIALS, bounds.DEFAULT_TRIALS) or bounds.DEFAULT_TRIALS,
     )
 
 
-def board_view(session: Session, collection: Collection, params: dict[str, Any]) -> dict[str, Any]:
-    """The leaderboard page's view model."""
-    result = _analysis(session, collection, params)
-    board, grader, predicted = result.board, result.grader, result.predicted
-    ranked = [s for s in board.systems if s.system in predicted]  # the overall row is no system
-    points = [(s.system, predicted[s.system], s.official_rank) for s in ranked if s.official_rank is not None]
-    return {
-        "request": result.request,
-        "grader": {"id": grader.id, "label": f"{grader.model} / {grader.prompt_class}"},
-        # the exports compute what this page shows: the grader it resolved, by id, whatever the URL omitted
-        "export_params": {**params, "grader": grader.id},
-        "systems": [
+def _rank_text(rank: float | None) -> str:
+    """An official rank as the list prints it: an integer where it is one."""
+    if rank is None:
+        return ""
+    return str(int(rank)) if float(rank).is_integer() else f"{rank:g}"
+
+
+def _live_triggers(request: LeaderboardRequest) -> str:
+    """The SSE events after which the board re-fetches: grades always, overrides and flags when they count."""
+    events = ["sse:grades"]
+    if request.include_overrides:
+        events.append("sse:overrides")
+    if request.exclude_flagged:
+        events.append("sse:flags")
+    return ", ".join(events)
+
+
+def _system_rows(result: LeaderboardAnalysis) -> list[dict[str, Any]]:
+    """One row per ranked system, best first: rank (with "=" for ties), scores, official rank, group."""
+    scores = {s.system: s for s in result.board.systems}
+    official_counts = Counter(s.official_rank for s in result.board.systems if s.official_rank is not None)
+    tests = result.significance
+    vs_next = {t.better: t for t in tests.adjacent} if tests else {}
+    group_sizes = Counter(tests.groups.values()) if tests else Counter()
+    rows = []
+    for place in result.ranked:
+        s = scores[place.system]
+        test = vs_next.get(place.system)
+        group = tests.groups.get(place.system) if tests else None
+        rows.append(
             {
                 "name": s.system,
+                "rank": place.rank,
+                "rank_text": f"={place.rank}" if place.tied else str(place.rank),
+                "tied": place.tied,
+                "n_queries": place.n_queries,
                 "score": s.score,
                 "stderr": s.stderr,
                 "ci_low": s.ci_low,
                 "ci_high": s.ci_high,
-                "official": s.official_rank,
-                "predicted": predicted.get(s.system),
+                "official": _rank_text(s.official_rank),
+                "official_tied": s.official_rank is not None and official_counts[s.official_rank] > 1,
+                "group": group,
+                "grouped": group is not None and group_sizes[group] > 1,
+                "group_parity": (group or 0) % 2,
+                "p_next": None if test is None else test.p_randomisation,
+                "distinct_next": None if test is None else test.distinct,
             }
-            for s in board.systems
-        ],
+        )
+    return rows
+
+
+def board_view(session: Session, collection: Collection, params: dict[str, Any]) -> dict[str, Any]:
+    """The leaderboard page's view model: ranked rows, the overall row apart, charts, live triggers."""
+    result = _analysis(session, collection, params, significance=True)
+    board, grader, predicted = result.board, result.grader, result.predicted
+    ranked = [s for s in board.systems if s.system in predicted]  # the overall row is no system
+    points = [(s.system, s.score, s.official_rank) for s in ranked if s.official_rank is not None]
+    overall = result.overall
+    return {
+        "request": result.request,
+        "grader": {"id": grader.id, "label": f"{grader.model} / {grader.prompt_class}"},
+        # the exports compute what this page shows: the grader it resolved, by id, whatever the URL omitted
+        "export_params": {**{k: v for k, v in params.items() if k != "significance"}, "grader": grader.id},
+        "systems": _system_rows(result),
+        "overall": None
+        if overall is None
+        else {
+            "name": overall.system,
+            "score": overall.score,
+            "n_queries": len(overall.per_query),
+            "explanation": overall_explanation(board.measure),
+        },
+        "significance": result.significance,
+        "live_triggers": _live_triggers(result.request),
         "correlation": board.correlation,
         "per_query": _per_query_rows(result),
-        "errorbars": charts.error_bars([(s.system, s.score, s.ci_low, s.ci_high) for s in ranked]),
-        "scatter": charts.rank_scatter(points),
+        "errorbars": charts.error_bars([(s.system, s.score, s.ci_low, s.ci_high) for s in ranked], board.measure),
+        "scatter": charts.rank_scatter(points, board.measure),
     }
 
 
@@ -192,7 +264,10 @@ def leaderboard_export(
     if fmt == "json":
         body = json.dumps(leaderboard_analysis_json(result), indent=1)
         return Response(body, media_type="application/json", headers=headers)
-    table = render_tables([leaderboard_table(result.board)], formats[fmt])  # type: ignore[arg-type]
+    tables = [leaderboard_table(result.board)]
+    if result.significance is not None:
+        tables.append(significance_table(result.significance))
+    table = render_tables(tables, formats[fmt])  # type: ignore[arg-type]
     return PlainTextResponse(table, headers=headers)
 
 
@@ -273,12 +348,23 @@ def _agreement(
     )
 
 
-def agreement_view(result: AgreementAnalysis) -> dict[str, Any]:
-    """The agreement page's view model: tables with their heat, the sweep, the worst 50 items, the overrides."""
+def agreement_view(result: AgreementAnalysis, flagged: dict[str, Flag] | None = None, me: str = "") -> dict[str, Any]:
+    """The agreement page's view model: tables with their heat, the sweep, the worst 50 items (with their
+    question and flag), the overrides."""
     return {
         "tables": [_table_view(t) for t in result.tables],
         "sweep": result.sweep,
-        "per_item": result.per_item[:50],
+        "per_item": [
+            {
+                "query_id": r.query_id,
+                "item_id": r.item_id,
+                "item_text": r.item_text,
+                "kappa": r.kappa,
+                "confusion": r.confusion,
+                "flag": flag_view((flagged or {}).get(r.item_id), me),
+            }
+            for r in result.per_item[:50]
+        ],
         "n_items": len(result.per_item),
         "overrides": result.overrides,
     }
@@ -319,7 +405,7 @@ def agreement_page(
         {
             "user": user,
             "collection": name,
-            "view": agreement_view(result),
+            "view": agreement_view(result, flags.flags(session, collection), user.name),
             "min_answers": min_answers,
             "min_judgment": min_judgment,
             "grader": result.grader.id,
@@ -340,6 +426,40 @@ def agreement_export(
     """The agreement page's numbers as JSON: the contract of ``rubric agreement --sweep --format json``."""
     result = _agreement(session, get_or_404(session, name), grader, min_answers, min_judgment)
     return Response(json.dumps(agreement_analysis_json(result), indent=1), media_type="application/json")
+
+
+# ---- flags and item cells (oversight and agreement tables) -------------------------------------
+
+
+def flag_view(flag: Flag | None, me: str) -> dict[str, Any]:
+    """An item's flag as a table shows it: who flagged it and when, in words (never by colour alone)."""
+    if flag is None:
+        return {"flagged": False, "text": "not flagged"}
+    by = "you" if flag.flagged_by == me else flag.flagged_by
+    reason = f" ({flag.reason})" if flag.reason and flag.reason != "spurious" else ""
+    return {"flagged": True, "text": f"flagged by {by} · {flag.at}{reason}"}
+
+
+def oversight_rows(shown: oversight_pages.OversightPage, flagged: dict[str, Flag], me: str) -> dict[str, Any]:
+    """The page's table: the item column shows the question (``item_text``; the id rides along for the
+    flag buttons and the filters), one column fewer than the CLI's; rows with an item carry its flag."""
+    columns = list(shown.columns)
+    item_at = columns.index("item") if "item" in columns else None
+    text_at = columns.index("item_text") if "item_text" in columns else None
+    headers = ["question" if c == "item" else c for i, c in enumerate(columns) if i != text_at]
+    rows = []
+    for row in shown.rows:
+        item_id = None if item_at is None else str(row[item_at])
+        cells: list[dict[str, Any]] = []
+        for i, value in enumerate(row):
+            if i == item_at:
+                cells.append({"item": item_id, "text": "" if text_at is None else str(row[text_at])})
+            elif i != text_at:
+                cells.append({"value": value})
+        flag = None if item_id is None else flag_view(flagged.get(item_id), me)
+        text = "" if text_at is None else str(row[text_at])
+        rows.append({"query": row[0], "key": row[1], "item": item_id, "text": text, "cells": cells, "flag": flag})
+    return {"headers": headers, "rows": rows, "flags": item_at is not None}
 
 
 # ---- oversight ------------------------------------------------------------------------------
@@ -392,6 +512,7 @@ def oversight_page(
             "collection": name,
             "view": view,
             "table": shown,
+            "shown": oversight_rows(shown, flags.flags(session, collection), user.name),
             "filters": shown.filters,
             "query_ids": oversight_pages.query_choices(session, collection),
             "page_params": _page_params(min_rating, min_judgment, chosen.id, shown.filters),

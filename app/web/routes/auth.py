@@ -6,19 +6,34 @@ token, so signing out or changing a password ends sessions for every copy of the
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from fastapi import APIRouter, Depends, Form, Request
+from fastapi import Path as PathParam
 from fastapi.responses import RedirectResponse, Response
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.accounts.service import authenticate, create_user, set_password
+from app.accounts.names import MAX_NAME_LENGTH
+from app.accounts.passwords import MAX_PASSWORD_LENGTH
+from app.accounts.service import (
+    authenticate,
+    create_user,
+    disable_user,
+    enable_user,
+    reset_password,
+    set_password,
+    set_role,
+    user_or_404,
+)
 from app.accounts.sessions import end_session, open_session
 from app.accounts.throttle import ensure_not_locked, limits_for, record_failure, record_success
 from app.config import get_settings
-from app.errors import Conflict, Invalid
+from app.errors import Conflict, DomainError, Invalid
 from app.models import ROLES, User
 from app.models.base import utcnow
 from app.web.deps import SESSION_KEY, CurrentUser, db, optional_user, render, require
+from app.web.security import path_for
 
 router = APIRouter()
 
@@ -46,6 +61,9 @@ def login(
     if user is None:
         record_failure(session, limits, now, settings)
         return render(request, "login.html", {"next": _local(next), "error": "wrong name or password"}, status=401)
+    if user.disabled_at is not None:  # only told after the right password: no oracle for who is disabled
+        context = {"next": _local(next), "error": "this account is disabled; ask an organizer to enable it"}
+        return render(request, "login.html", context, status=403)
     record_success(session, limits, now, settings)
     end_session(session, request.session.get(SESSION_KEY))
     request.session.clear()  # a new session id on sign-in: no fixation
@@ -97,7 +115,7 @@ def _account_page(request: Request, user: CurrentUser, error: str | None = None,
     return render(request, "account.html", context, status=400 if error else 200)
 
 
-@router.get("/users")
+@router.get("/users", name="users_page")
 def users_page(request: Request, user: CurrentUser = Depends(require("organizer")), session: Session = db) -> Response:
     return _users_page(request, session, user)
 
@@ -118,14 +136,99 @@ def add_user(
     return RedirectResponse("/users", status_code=303)
 
 
-def _users_page(
-    request: Request, session: Session, user: CurrentUser, error: str | None = None, status: int = 200
+# The user an organizer acts on, named in the path (bounded: a longer name cannot be one).
+UserName = PathParam(min_length=1, max_length=MAX_NAME_LENGTH)
+
+
+@router.post("/users/{user_name}/role", name="set_user_role")
+def set_user_role(
+    request: Request,
+    user_name: str = UserName,
+    role: str = Form(..., max_length=20),
+    user: CurrentUser = Depends(require("organizer")),
+    session: Session = db,
 ) -> Response:
+    """A new role, in force at the user's next request; the last organizer cannot be demoted."""
+    return _manage(request, session, user, user_name, lambda account: set_role(session, account, role), "role set")
+
+
+@router.post("/users/{user_name}/password", name="reset_user_password")
+def reset_user_password(
+    request: Request,
+    user_name: str = UserName,
+    password: str = Form("", max_length=MAX_PASSWORD_LENGTH + 1),  # one over: the policy says why
+    user: CurrentUser = Depends(require("organizer")),
+    session: Session = db,
+) -> Response:
+    """An organizer sets a new password (the password rules apply); every session of the user ends."""
+    done = "password reset; their sessions ended"
+    return _manage(request, session, user, user_name, lambda account: reset_password(session, account, password), done)
+
+
+@router.post("/users/{user_name}/disable", name="disable_user")
+def disable(
+    request: Request,
+    user_name: str = UserName,
+    user: CurrentUser = Depends(require("organizer")),
+    session: Session = db,
+) -> Response:
+    """No more sign-ins, and the user's sessions end; the last organizer cannot be disabled."""
+    done = "disabled; their sessions ended"
+    return _manage(request, session, user, user_name, lambda account: disable_user(session, account), done)
+
+
+@router.post("/users/{user_name}/enable", name="enable_user")
+def enable(
+    request: Request,
+    user_name: str = UserName,
+    user: CurrentUser = Depends(require("organizer")),
+    session: Session = db,
+) -> Response:
+    return _manage(request, session, user, user_name, lambda account: enable_user(session, account), "enabled")
+
+
+def _manage(
+    request: Request,
+    session: Session,
+    user: CurrentUser,
+    user_name: str,
+    action: Callable[[User], None],
+    done: str,
+) -> Response:
+    """Run one account action; a refusal (raised before anything is written) is shown on the page."""
+    try:
+        account = user_or_404(session, user_name)
+        action(account)
+    except DomainError as error:
+        return _users_page(request, session, user, error=str(error), status=error.status)
+    request.session["users_notice"] = f"{account.name}: {done}"  # shown once, after the redirect
+    still_manages = account.name != user.name or (account.role == "organizer" and account.disabled_at is None)
+    target = "users_page" if still_manages else "account_page"  # who demoted themselves sees their new role
+    return RedirectResponse(str(path_for(request, target)), status_code=303)
+
+
+def _users_page(
+    request: Request,
+    session: Session,
+    user: CurrentUser,
+    error: str | None = None,
+    status: int = 200,
+) -> Response:
+    notice = request.session.pop("users_notice", None)
+    users = list(session.scalars(select(User).order_by(User.name)))
+    organizers = [u for u in users if u.role == "organizer" and u.disabled_at is None]
     rows = [
-        {"name": u.name, "role": u.role, "created": u.created_at.strftime("%Y-%m-%d")}
-        for u in session.scalars(select(User).order_by(User.name))
+        {
+            "last_organizer": len(organizers) == 1 and u is organizers[0],
+            "name": u.name,
+            "role": u.role,
+            "created": u.created_at.strftime("%Y-%m-%d"),
+            "disabled": u.disabled_at.strftime("%Y-%m-%d") if u.disabled_at else None,
+            "me": u.name == user.name,
+        }
+        for u in users
     ]
-    context = {"user": user, "users": rows, "roles": ROLES, "error": error}
+    context = {"user": user, "users": rows, "roles": ROLES, "error": error, "notice": notice}
     return render(request, "users.html", context, status=status)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from app.rubrics.service import latest_version
 from app.web import grader_view
 from app.web.deps import CurrentUser, db, render, require
 from app.web.security import path_for
-from app.web.uploads import receive_form
+from app.web.uploads import ReceivedForm, receive_form
 
 router = APIRouter()
 
@@ -69,18 +70,31 @@ async def import_collection(
     """
     with tempfile.TemporaryDirectory(prefix="rubric-upload-") as tmp:
         form = await receive_form(request, Path(tmp), IMPORT_KINDS)
-        name = _collection_name(form.fields.get("name", ""))
         files = ImportFiles(**{kind: form.paths(kind) for kind in IMPORT_KINDS})
         try:
+            name = _collection_name(form.fields.get("name", ""))
             counts = await run_in_threadpool(import_into, name, files)
         except (ImportFormatError, DomainError) as error:
             status = error.status if isinstance(error, DomainError) else 400
-            return await _import_refused(request, user, session, form.in_users_words(str(error)), status)
+            refusal = ImportRefusal(
+                form.in_users_words(str(error)), form.fields.get("name", "")[:COLLECTION_NAME_MAX], _rechoose(form)
+            )
+            return await _import_refused(request, user, session, refusal, status)
     request.session["flash"] = "imported: " + (", ".join(f"{n} {k}" for k, n in counts.items()) or "nothing new")
     return RedirectResponse(str(path_for(request, "collection_page", name=name)), status_code=303)
 
 
 IMPORT_KINDS = frozenset({"passages", "queries", "bank", "runs", "qrels", "official", "responses"})
+# the import form's file fields in form order, with their labels (the page says which ones to choose again)
+IMPORT_FIELDS = (
+    ("passages", "Passages"),
+    ("queries", "Queries"),
+    ("bank", "Test banks"),
+    ("runs", "Run files"),
+    ("qrels", "Qrels"),
+    ("official", "Official leaderboard"),
+    ("responses", "Generated responses"),
+)
 COLLECTION_NAME_MAX = 200  # Collection.name is String(200)
 
 
@@ -93,10 +107,27 @@ def _collection_name(raw: str) -> str:
     return name
 
 
-async def _import_refused(request: Request, user: CurrentUser, session: Session, message: str, status: int) -> Response:
-    """The collections page again, with the refusal on it (the import's own transaction rolled back)."""
+@dataclass(frozen=True, slots=True)
+class ImportRefusal:
+    """What the refused form shows again: the error, the typed name, and the files to choose again
+    (a browser never refills a file input): (field label, the file names the user had chosen)."""
+
+    message: str
+    name: str
+    rechoose: tuple[tuple[str, tuple[str, ...]], ...]
+
+
+def _rechoose(form: ReceivedForm) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    chosen = {kind: tuple(f.name for f in form.files if f.field == kind) for kind, _ in IMPORT_FIELDS}
+    return tuple((label, chosen[kind]) for kind, label in IMPORT_FIELDS if chosen[kind])
+
+
+async def _import_refused(
+    request: Request, user: CurrentUser, session: Session, refusal: ImportRefusal, status: int
+) -> Response:
+    """The collections page again, with the refusal next to the form (the import's own transaction rolled back)."""
     collections = await run_in_threadpool(_summaries, session)
-    context = {"user": user, "collections": collections, "errors": [message]}
+    context = {"user": user, "collections": collections, "errors": [], "refusal": refusal}
     return render(request, "collections.html", context, status=status)
 
 

@@ -20,14 +20,19 @@ from app.collections.schemas import (
     SYSTEM_NAME_MAX,
 )
 from app.config import get_settings
+from app.grading.engine import CellScope
 from app.grading.models import configured_models
+from app.grading.service import GraderSpec, plan_for
 from app.jobs.launch import collection_grader, launch_after_edit, launch_grading
-from app.models import BankItem, Collection, ItemFlag, Passage, Query, RubricVersion
+from app.models import BankItem, Collection, Job, Passage, Query, RubricVersion
+from app.review.flags import flags as item_flags
+from app.rubrics import history
 from app.rubrics.editing import EditConflict, ItemChange, apply_edit
 from app.rubrics.generation import accept_draft
-from app.rubrics.service import create_version, latest_version, version_by_number, version_item_pks
+from app.rubrics.service import latest_version, version_by_number, version_item_pks
 from app.web import grader_view, grid_view
 from app.web.deps import CurrentUser, db, is_htmx, render, require
+from app.web.query_nav import neighbours
 from app.web.routes.collections import get_or_404
 from app.web.security import path_for  # importing it registers the {...:any} path convertor
 
@@ -48,12 +53,14 @@ def _query(session: Session, collection: Collection, query_id: str) -> Query:
     return query
 
 
-def rubric_items(session: Session, version: RubricVersion | None, query: Query) -> list[dict[str, Any]]:
+def rubric_items(
+    session: Session, collection: Collection, version: RubricVersion | None, query: Query
+) -> list[dict[str, Any]]:
     pks = version_item_pks(session, version)
     items = {
         i.id: i for i in session.scalars(select(BankItem).where(BankItem.id.in_(pks), BankItem.query_pk == query.id))
     }
-    flagged = set(session.scalars(select(ItemFlag.item_id).where(ItemFlag.collection_id == query.collection_id)))
+    flagged = item_flags(session, collection)
     return [
         {
             "item_id": items[pk].item_id,
@@ -61,6 +68,7 @@ def rubric_items(session: Session, version: RubricVersion | None, query: Query) 
             "kind": items[pk].kind,
             "gold": "; ".join(str(g) for g in items[pk].gold_answers or []),
             "flagged": items[pk].item_id in flagged,
+            "flag": flagged.get(items[pk].item_id),
         }
         for pk in pks
         if pk in items
@@ -84,14 +92,48 @@ def _rubric_context(session: Session, collection: Collection, query: Query, user
         "user": user,
         "collection": collection.name,
         "query": {"id": query.query_id, "text": query.text},
+        "nav": neighbours(session, collection, query.query_id),
         "version": version.number if version else None,
-        "items": rubric_items(session, version, query),
+        "items": rubric_items(session, collection, version, query),
         "drafts": _drafts(session, collection, query),
         "models": sorted(configured_models()),  # the drafting form offers only what an organizer configured
         "require_note": get_settings().require_edit_note,
         "conflict": None,
         "job": None,
+        "saved": None,
+        "passage": None,
     }
+
+
+def _job_view(job: Job) -> dict[str, Any]:
+    """The regrade a save or revert started: the message links it and follows its progress."""
+    spec = GraderSpec.from_dict(job.params["grader"]) if job.params.get("grader") else GraderSpec()
+    return {"id": job.id, "total": job.total, "state": job.state, "grader": f"{spec.model_name} / {spec.prompt_class}"}
+
+
+def _saved_view(session: Session, collection: Collection, number: int) -> dict[str, Any] | None:
+    """The "saved as version N" message: with the published version before it (the diff's other side) and its note."""
+    version = session.scalar(
+        select(RubricVersion).where(RubricVersion.collection_id == collection.id, RubricVersion.number == number)
+    )
+    if version is None:
+        return None
+    previous = session.scalar(
+        select(RubricVersion.number)
+        .where(
+            RubricVersion.collection_id == collection.id,
+            RubricVersion.status == "published",
+            RubricVersion.number < number,
+        )
+        .order_by(RubricVersion.number.desc())
+        .limit(1)
+    )
+    return {"number": number, "previous": previous, "note": version.note}
+
+
+def _collection_job(session: Session, collection: Collection, job_id: int | None) -> Job | None:
+    job = session.get(Job, job_id) if job_id else None
+    return job if job is not None and job.collection_id == collection.id else None
 
 
 @router.get("/c/{name}/rubric/{query_id:any}", name="rubric_page")
@@ -100,18 +142,30 @@ def rubric_page(
     query_id: str,
     request: Request,
     from_passage: str = QueryParam("", max_length=PASSAGE_ID_MAX, pattern=NO_NUL),
+    saved: int | None = QueryParam(None, ge=1, le=INT32_MAX),
+    job: int | None = QueryParam(None, ge=1, le=INT32_MAX),
     user: CurrentUser = Depends(require("viewer")),
     session: Session = db,
 ) -> Response:
-    """The editor; ``from_passage`` starts a new question from an uncovered passage's first sentence."""
+    """The editor; ``from_passage`` shows that passage beside a question form prefilled with its first sentence.
+
+    ``saved`` and ``job`` carry the message of a save made without htmx across its redirect. An
+    htmx request gets the items block only (the page's redraw after a flag or unflag).
+    """
     collection = get_or_404(session, name)
     context = _rubric_context(session, collection, _query(session, collection, query_id), user)
     if from_passage:
         text = session.scalar(
             select(Passage.text).where(Passage.collection_id == collection.id, Passage.passage_id == from_passage)
         )
-        context["prefill"] = (text or "").split(". ")[0][:300]
-    return render(request, "rubric.html", context)
+        if text is not None:
+            context["passage"] = {"id": from_passage, "text": text}
+            context["prefill"] = text.split(". ")[0][:300]
+    if saved:
+        context["saved"] = _saved_view(session, collection, saved)
+    found = _collection_job(session, collection, job)
+    context["job"] = _job_view(found) if found else None
+    return render(request, "rubric.html", context, block="items" if is_htmx(request) else None)
 
 
 @router.post("/c/{name}/rubric/{query_id:any}/save", name="save_rubric")
@@ -132,7 +186,8 @@ def save_rubric(
     """Save one change as a new version (a compare-and-swap, see ``apply_edit``), then regrade its cells.
 
     A lost race is a 409 showing both texts; the page's items block is re-rendered from the
-    newest version so the judge can apply the change again.
+    newest version so the judge can apply the change again. A save answers "saved as version N"
+    with links to its diff and the leaderboard, and the regrade job it started.
     """
     collection = get_or_404(session, name)
     query = _query(session, collection, query_id)
@@ -154,16 +209,15 @@ def save_rubric(
         return render(request, "rubric.html", context, block="items" if is_htmx(request) else None, status=409)
     spec = collection_grader(session, collection)  # the primary grader's spec (app/jobs/launch.py)
     job = launch_after_edit(session, collection, result, spec, user.name)
+    if not is_htmx(request):
+        target = path_for(request, "rubric_page", name=name, query_id=query_id)
+        return RedirectResponse(
+            str(target.include_query_params(saved=result.version.number, job=job.id)), status_code=303
+        )
     context = _rubric_context(session, collection, query, user)
-    context["job"] = {
-        "id": job.id,
-        "total": job.total,
-        "state": job.state,
-        "grader": f"{spec.model_name} / {spec.prompt_class}",
-    }
-    if is_htmx(request):
-        return render(request, "rubric.html", context, block="items")
-    return RedirectResponse(str(path_for(request, "rubric_page", name=name, query_id=query_id)), status_code=303)
+    context["job"] = _job_view(job)
+    context["saved"] = _saved_view(session, collection, result.version.number)
+    return render(request, "rubric.html", context, block="items")
 
 
 @router.post("/c/{name}/drafts/{number}/accept", name="accept_drafts")
@@ -196,50 +250,37 @@ def history_page(
     request: Request,
     a: int | None = QueryParam(None, ge=1, le=INT32_MAX),
     b: int | None = QueryParam(None, ge=1, le=INT32_MAX),
+    revert: int | None = QueryParam(None, ge=1, le=INT32_MAX),
+    reverted: int | None = QueryParam(None, ge=1, le=INT32_MAX),
+    job: int | None = QueryParam(None, ge=1, le=INT32_MAX),
     user: CurrentUser = Depends(require("viewer")),
     session: Session = db,
 ) -> Response:
+    """The versions (who, when, what changed), a diff of two, and the confirmation step of a revert (``revert=N``)."""
     collection = get_or_404(session, name)
-    versions = list(
-        session.scalars(
-            select(RubricVersion)
-            .where(RubricVersion.collection_id == collection.id)
-            .order_by(RubricVersion.number.desc())
-        )
-    )
-    rows = [
-        {
-            "number": v.number,
-            "status": v.status,
-            "by": v.created_by,
-            "note": v.note,
-            "at": v.created_at.strftime("%Y-%m-%d %H:%M:%S"),
-        }
-        for v in versions
-    ]
-    diff = _diff(session, collection, a, b) if a and b else None
-    return render(
-        request, "history.html", {"user": user, "collection": name, "versions": rows, "diff": diff, "a": a, "b": b}
-    )
-
-
-def _version_texts(session: Session, collection: Collection, number: int) -> dict[str, tuple[str, str]]:
-    version = version_by_number(session, collection, number)
-    pks = version_item_pks(session, version)
-    rows = session.execute(
-        select(BankItem.item_id, BankItem.text, Query.query_id)
-        .join(Query, Query.id == BankItem.query_pk)
-        .where(BankItem.id.in_(pks))
-    ).all()
-    return {item_id: (query_id, text) for item_id, text, query_id in rows}
-
-
-def _diff(session: Session, collection: Collection, a: int, b: int) -> dict[str, list[dict[str, str]]]:
-    old, new = _version_texts(session, collection, a), _version_texts(session, collection, b)
-    return {
-        "removed": [{"query": q, "item_id": i, "text": t} for i, (q, t) in old.items() if i not in new],
-        "added": [{"query": q, "item_id": i, "text": t} for i, (q, t) in new.items() if i not in old],
+    found = _collection_job(session, collection, job)
+    context = {
+        "user": user,
+        "collection": name,
+        "versions": history.version_rows(session, collection),
+        "current": current.number if (current := latest_version(session, collection)) else None,
+        "diff": history.diff_versions(session, collection, a, b) if a and b else None,
+        "a": a,
+        "b": b,
+        "confirm": _revert_view(session, collection, revert) if revert and user.can("judge") else None,
+        "reverted": _saved_view(session, collection, reverted) if reverted else None,
+        "job": _job_view(found) if found else None,
     }
+    return render(request, "history.html", context)
+
+
+def _revert_view(session: Session, collection: Collection, number: int) -> dict[str, Any]:
+    """The numbers the revert confirmation states: the new version, its items, and the cells it regrades."""
+    plan = history.revert_plan(session, collection, number)
+    spec = collection_grader(session, collection)
+    scope = CellScope(item_ids=frozenset(plan.added_item_ids))
+    cells = len(plan_for(session, collection, spec, number, scope)) if plan.added_item_ids else 0
+    return {"plan": plan, "cells": cells, "grader": f"{spec.model_name} / {spec.prompt_class}"}
 
 
 @router.post("/c/{name}/revert/{number}", name="revert")
@@ -250,18 +291,14 @@ def revert(
     user: CurrentUser = Depends(require("judge")),
     session: Session = db,
 ) -> Response:
+    """Publish version ``number``'s items as a new version and grade the ones the newest version lacked."""
     collection = get_or_404(session, name)
-    target = version_by_number(session, collection, number)
-    version = create_version(
-        session,
-        collection,
-        version_item_pks(session, target),
-        created_by=user.name,
-        note=f"revert to version {number}",
-        bank_meta=target.bank_meta,
+    result = history.revert(session, collection, number, user=user.name)
+    job = launch_after_edit(session, collection, result, collection_grader(session, collection), user.name)
+    target = path_for(request, "history_page", name=name)
+    return RedirectResponse(
+        str(target.include_query_params(reverted=result.version.number, job=job.id)), status_code=303
     )
-    _publish_and_regrade(session, collection, version, user)
-    return RedirectResponse(str(path_for(request, "history_page", name=name)), status_code=303)
 
 
 @router.get("/c/{name}/grid/{query_id:any}", name="grid_page")
@@ -275,12 +312,15 @@ def grid_page(
     disagree: bool = False,
     page: int = QueryParam(1, ge=1, le=1_000_000),
     grader: int | None = QueryParam(None, ge=1, le=INT32_MAX),
+    sort: grid_view.Sort = "grade",
+    compact: grid_view.Compact = "auto",  # "auto": on from grid_view.COMPACT_FROM question columns
     user: CurrentUser = Depends(require("viewer")),
     session: Session = db,
 ) -> Response:
     collection = get_or_404(session, name)
     query = _query(session, collection, query_id)
-    filters = grid_view.GridFilters(system or None, judged, int(min_grade) if min_grade else None, disagree, page)
+    grade_floor = int(min_grade) if min_grade else None
+    filters = grid_view.GridFilters(system or None, judged, grade_floor, disagree, page, sort, compact)
     graders, chosen = grader_view.choices(session, collection, grader)  # default: the primary grader
     view = grid_view.build(session, collection, query, chosen["id"] if chosen else None, filters)
     context = {
@@ -291,5 +331,10 @@ def grid_page(
         "filters": filters,
         "graders": graders,
         "grader_view": chosen,
+        "nav": grid_view.navigation(session, collection, query),
+        "sorts": grid_view.SORTS,
+        "compact_choices": grid_view.COMPACT,
     }
-    return render(request, "grid.html", context, block="grid" if is_htmx(request) else None)
+    # htmx restoring a pushed URL (its history cache missed) needs the whole page, not the fragment
+    fragment = is_htmx(request) and request.headers.get("hx-history-restore-request") != "true"
+    return render(request, "grid.html", context, block="grid" if fragment else None)
