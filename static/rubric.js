@@ -1,5 +1,5 @@
 // Rubric page: keys [ and ] open the previous and next query (never while typing), and a flag or
-// unflag (answered with JSON, swapped nowhere) redraws the items from the page's own URL.
+// unflag (answered with JSON, swapped nowhere) redraws that item's flag area from the page's own URL.
 (function () {
   function typing(target) {
     return target instanceof HTMLElement &&
@@ -16,10 +16,20 @@
     }
   });
 
+  // Only the item's own flag area is swapped (selected out of the page), so unsaved text in the
+  // other items' fields survives; focus lands on the new unflag button or flag summary.
   document.body.addEventListener("htmx:afterRequest", (event) => {
     const form = event.detail.elt.closest && event.detail.elt.closest("form[data-redraw]");
-    if (form && event.detail.successful) {
-      htmx.ajax("GET", form.dataset.redraw, { target: "#items", swap: "outerHTML" });
-    }
+    const area = form && form.closest("[data-flag-area]");
+    if (!area || !event.detail.successful) return;
+    const answer = JSON.parse(event.detail.xhr.responseText);
+    const selector = `[data-flag-area="${CSS.escape(area.dataset.flagArea)}"]`;
+    const item = area.closest("li.item");
+    if (item) item.classList.toggle("flagged", Boolean(answer.flagged));
+    htmx.ajax("GET", form.dataset.redraw, { target: selector, select: selector, swap: "outerHTML" }).then(() => {
+      const fresh = document.querySelector(selector);
+      const focus = fresh && fresh.querySelector("[data-testid=unflag], summary");
+      if (focus) focus.focus();
+    });
   });
 })();

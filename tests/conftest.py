@@ -5,11 +5,13 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import sqlite3
 import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -210,6 +212,123 @@ def _drain_embedded_worker() -> None:
         if time.monotonic() > deadline:
             raise RuntimeError(f"the embedded worker still runs this test's jobs after {EMBEDDED_DRAIN_SECONDS} s")
         time.sleep(0.05)
+
+
+# -- seeded databases: built once per session and backend, copied into each test's database -----
+
+
+@dataclass(frozen=True)
+class Seeded:
+    """A database seeded once: the SQLite file, or the PostgreSQL database used as a template."""
+
+    backend: str
+    source: str
+
+
+def build_seeded(
+    backend: str,
+    seed: Callable[[Database, pytest.MonkeyPatch], object],
+    directory: Path,
+    sqlite_template: Path,
+    postgres_server: PostgresServer | None,
+    postgres_template: str | None,
+) -> Seeded:
+    """Run ``seed`` on a fresh migrated database, then close every connection (a template must have none)."""
+    if backend == "sqlite":
+        url = _sqlite_copy(directory, sqlite_template)
+    else:
+        if postgres_server is None or postgres_template is None:
+            pytest.skip("PostgreSQL server binaries not installed (set RUBRIC_REQUIRE_POSTGRES=1 to make this fail)")
+        url = _postgres_database(postgres_server, postgres_template)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        using = _use_database(url, backend, monkeypatch)
+        try:
+            seed(next(using), monkeypatch)
+        finally:
+            next(using, None)  # drains the embedded worker and disposes every engine
+    return Seeded(backend, url.removeprefix("sqlite:///") if backend == "sqlite" else url.rsplit("/", 1)[1])
+
+
+def restore_seeded(db: Database, seeded: Seeded, postgres_server: PostgresServer | None) -> None:
+    """Make ``db`` a copy of ``seeded`` under its own URL, so the test's fixtures and the CLI still agree.
+
+    The copy has the seed's ids, revisions and structure tokens: the per-process caches keyed by
+    them (not by the database URL) would alias another test's copy, so they are forgotten here.
+    """
+    db.engine.dispose()
+    engine_for(db.url).dispose()
+    if seeded.backend == "sqlite":
+        target_path = db.url.removeprefix("sqlite:///")
+        with closing(sqlite3.connect(seeded.source)) as source, closing(sqlite3.connect(target_path)) as target:
+            source.backup(target)  # WAL-safe, unlike a file copy
+    else:
+        assert postgres_server is not None
+        name = db.url.rsplit("/", 1)[1]
+        admin = create_engine(f"{postgres_server.url_base}/postgres", isolation_level="AUTOCOMMIT")
+        with admin.connect() as conn:
+            conn.execute(text(f"DROP DATABASE {name} WITH (FORCE)"))
+            conn.execute(text(f"CREATE DATABASE {name} TEMPLATE {seeded.source}"))
+        admin.dispose()
+    forget_process_caches()
+
+
+def _seeded_web(
+    backend: str,
+    tmp_path_factory: pytest.TempPathFactory,
+    sqlite_template: Path,
+    postgres_server: PostgresServer | None,
+    postgres_template: str | None,
+) -> Seeded:
+    from tests.web.conftest import seed_web
+
+    directory = tmp_path_factory.mktemp(f"web-seed-{backend}")
+    return build_seeded(
+        backend,
+        lambda db, monkeypatch: seed_web(db, directory, monkeypatch),
+        directory,
+        sqlite_template,
+        postgres_server,
+        postgres_template,
+    )
+
+
+@pytest.fixture(scope="session")
+def seeded_web_sqlite(
+    tmp_path_factory: pytest.TempPathFactory,
+    sqlite_template: Path,
+    postgres_server: PostgresServer | None,
+    postgres_template: str | None,
+) -> Seeded:
+    """``seed_web`` once per session (importing and grading take seconds): ``web_db`` copies it.
+
+    Here, not in tests/web/conftest.py, so that a test module elsewhere that imports ``web_db`` finds it.
+    """
+    return _seeded_web("sqlite", tmp_path_factory, sqlite_template, postgres_server, postgres_template)
+
+
+@pytest.fixture(scope="session")
+def seeded_web_postgresql(
+    tmp_path_factory: pytest.TempPathFactory,
+    sqlite_template: Path,
+    postgres_server: PostgresServer | None,
+    postgres_template: str | None,
+) -> Seeded:
+    """``seed_web`` once per session on PostgreSQL: ``web_db_any`` copies it."""
+    return _seeded_web("postgresql", tmp_path_factory, sqlite_template, postgres_server, postgres_template)
+
+
+def forget_process_caches() -> None:
+    """Empty the in-process caches whose keys hold a collection's id, revision or structure token."""
+    from app.collections import graders, snapshot
+    from app.leaderboards import service as leaderboards
+    from app.review import queue
+
+    snapshot.clear()
+    queue.clear()
+    with graders._cache_lock:
+        graders._cache.clear()
+    with leaderboards._manual_lock:
+        leaderboards._manual_cache.clear()
 
 
 # -- Redis: a throwaway server on a loopback port --------------------------------------------

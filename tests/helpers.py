@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -110,3 +111,24 @@ def build_showcase(directory: Path, template: Path) -> Path:
             engine_for.cache_clear()
             get_settings.cache_clear()
     return path
+
+
+OVERSIGHT_CELL = re.compile(r"<td([^>]*)>(.*?)</td>", re.S)
+
+
+def oversight_rows(html: str) -> list[list[str]]:
+    """An oversight table's rows in the CLI's columns: a question cell gives back its item id
+    (``data-item``) and text (the ``title``, uncut); the flag column is the web's own and is left out."""
+    body = html.split("<tbody>", 1)[1].split("</tbody>", 1)[0]
+    rows = []
+    for row in re.split(r"<tr[ >]", body)[1:]:
+        cells: list[str] = []
+        for attrs, inner in OVERSIGHT_CELL.findall(row):
+            item = re.search(r'data-item="([^"]*)"', attrs)
+            if item:
+                title = re.search(r'title="([^"]*)"', inner)
+                cells += [item.group(1), title.group(1) if title else ""]
+            elif "flag-cell" not in attrs:
+                cells.append(inner)
+        rows.append(cells)
+    return rows

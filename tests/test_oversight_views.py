@@ -31,7 +31,7 @@ from app.oversight.service import CLI_ANALYSES, PER_PAGE, RowFilter, Thresholds,
 from app.rubrics.service import latest_version
 from app.web.main import create_app
 from tests.conftest import Database
-from tests.helpers import cli, import_dev
+from tests.helpers import cli, import_dev, oversight_rows
 from tests.web.conftest import PASSWORDS, login
 
 
@@ -126,27 +126,6 @@ def _matches(view: str, row: tuple[Any, ...], filters: RowFilter) -> bool:
     )
 
 
-CELL = re.compile(r"<td([^>]*)>(.*?)</td>", re.S)
-
-
-def _web_rows(html: str) -> list[list[str]]:
-    """The table's rows in the CLI's columns: a question cell gives back its item id (``data-item``) and
-    text (the ``title``, uncut); the flag column is the web's own and is left out."""
-    body = html.split("<tbody>", 1)[1].split("</tbody>", 1)[0]
-    rows = []
-    for row in re.split(r"<tr[ >]", body)[1:]:
-        cells: list[str] = []
-        for attrs, inner in CELL.findall(row):
-            item = re.search(r'data-item="([^"]*)"', attrs)
-            if item:
-                title = re.search(r'title="([^"]*)"', inner)
-                cells += [item.group(1), title.group(1) if title else ""]
-            elif "flag-cell" not in attrs:
-                cells.append(inner)
-        rows.append(cells)
-    return rows
-
-
 def _item_text_after_item(columns: list[str]) -> list[int]:
     order = [i for i, c in enumerate(columns) if c != "item_text"]
     if "item_text" in columns:
@@ -180,7 +159,7 @@ def test_cli_json_equals_the_web_page(client: TestClient, view: str) -> None:
         # the action column is the web's own; the data columns are the CLI's, cell for cell (the question
         # cell holds the item and its text, so the web shows item_text right after item)
         order = _item_text_after_item(page["columns"])
-        assert [row[: len(page["columns"])] for row in _web_rows(html)] == [
+        assert [row[: len(page["columns"])] for row in oversight_rows(html)] == [
             [str(escape(str(row[i]))) for i in order] for row in page["rows"]
         ], params
         assert f'<option value="{page["grader"]["id"]}" selected' in html

@@ -61,7 +61,7 @@ def load_structure(session: Session, collection: Collection, token: str) -> Stru
         ).all()
     )
     system_position = {pk: s for s, pk in enumerate(systems)}
-    rows = _core_rows(
+    rows = core_rows(
         session,
         select(RankingEntry.system_pk, RankingEntry.pool_entry_pk, RankingEntry.rank, RankingEntry.score)
         .join(System, System.id == RankingEntry.system_pk)
@@ -148,13 +148,13 @@ class CollectionSnapshot:
             store = self.stores.get(grader_pk)
             if store is None:
                 store = self.stores[grader_pk] = GradeStore(self.graders[grader_pk])
-                rows = _core_rows(session, _grade_rows(self.collection_id).where(Grade.grader_pk == grader_pk))
+                rows = core_rows(session, _grade_rows(self.collection_id).where(Grade.grader_pk == grader_pk))
                 store.apply(self._positioned(rows))
             return store.frame(self.structure.index)
 
     def apply_changes(self, session: Session, revision: int) -> None:
         """Read the grade rows written after the revision seen so far and apply them."""
-        rows = _core_rows(session, _grade_rows(self.collection_id).where(Grade.revision > self.revision))
+        rows = core_rows(session, _grade_rows(self.collection_id).where(Grade.revision > self.revision))
         new = {row[0] for row in rows} - set(self.graders)
         if new:
             self.graders.update(
@@ -180,7 +180,7 @@ def _grade_rows(collection_id: int) -> Select[int, int, str, int | None, bool | 
     )
 
 
-def _core_rows(session: Session, statement: Select[*tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+def core_rows(session: Session, statement: Select[*tuple[Any, ...]]) -> list[tuple[Any, ...]]:
     """All rows as the driver's plain tuples.
 
     For 100k+ rows, building SQLAlchemy's Row objects (and the ORM's loading step) costs more than
@@ -326,20 +326,21 @@ def answered_cells(session: Session, collection: Collection, grader_pk: int) -> 
     with store.lock:
         if store.revision != revision:
             newer = statement if store.revision < 0 else statement.where(Grade.revision > store.revision)
-            store.apply(structure.position, _core_rows(session, newer))
+            store.apply(structure.position, core_rows(session, newer))
             store.revision = revision
         return store.cells()
 
 
-def worst_judgments(session: Session, collection: Collection) -> tuple[Any, Any]:
-    """Per entry of the current snapshot's pool: whether it is judged, and its lowest judgment (0 if not).
+def judgment_extremes(session: Session, collection: Collection) -> tuple[Any, Any, Any]:
+    """Per entry of the current snapshot's pool: whether it is judged, its lowest and its highest judgment.
 
-    Read on every call, not kept: a re-import may rewrite judgments without moving the revision.
+    Unjudged entries read 0 (lowest) and -1 (highest). Read on every call, not kept: a re-import
+    may rewrite judgments without moving the revision.
     """
     from app.models import Judgment, PoolEntry, Query
 
     structure = current(session, collection).structure
-    rows = _core_rows(
+    rows = core_rows(
         session,
         select(Judgment.pool_entry_pk, Judgment.relevance)
         .join(PoolEntry, PoolEntry.id == Judgment.pool_entry_pk)
@@ -350,9 +351,17 @@ def worst_judgments(session: Session, collection: Collection) -> tuple[Any, Any]
     known = [(position[pk], relevance) for pk, relevance in rows if pk in position]
     judged = np.zeros(structure.index.n_entries, dtype=bool)
     worst = np.full(structure.index.n_entries, np.iinfo(np.int64).max, dtype=np.int64)
+    best = np.full(structure.index.n_entries, -1, dtype=np.int64)
     if known:
         entries, relevances = (np.asarray(column, dtype=np.int64) for column in zip(*known, strict=True))
         judged[entries] = True
         np.minimum.at(worst, entries, relevances)
+        np.maximum.at(best, entries, relevances)
     worst[~judged] = 0
+    return judged, worst, best
+
+
+def worst_judgments(session: Session, collection: Collection) -> tuple[Any, Any]:
+    """Per entry of the current snapshot's pool: whether it is judged, and its lowest judgment (0 if not)."""
+    judged, worst, _ = judgment_extremes(session, collection)
     return judged, worst

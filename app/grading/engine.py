@@ -19,6 +19,7 @@ from app.collections.revision import upsert_grades
 from app.config import get_settings
 from app.grading.failures import NOT_SENT, ConsecutiveErrors, ErrorSummary, error_kind
 from app.grading.methods import GradingMethod, Outcome, cache_key, grader_identity
+from app.grading.progress import reporting
 from app.grading.prompts import CellInput
 from app.models import (
     DIRECT_ITEM,
@@ -43,6 +44,7 @@ OUTCOME_FIELDS = (
     "valid_mass",
 )
 BATCH_CELLS = 256
+Progress = Callable[[int], None]  # cells of the running batch computed, not yet stored
 GRADE_UPDATE = (*OUTCOME_FIELDS, "position", "cache_key", "error")
 
 
@@ -236,11 +238,25 @@ def prepare_batch(session: Session, method: GradingMethod, cells: Sequence[Cell]
     return PreparedBatch(cells, keys, outcomes, fresh)
 
 
-def compute_batch(method: GradingMethod, prepared: PreparedBatch) -> dict[str, Outcome]:
-    """The model calls of a batch: no session, so the caller holds no transaction while they run."""
+def compute_batch(
+    method: GradingMethod, prepared: PreparedBatch, progress: Progress | None = None
+) -> dict[str, Outcome]:
+    """The model calls of a batch: no session, so the caller holds no transaction while they run.
+
+    ``progress(n)`` hears n, the batch's cells whose outcome is known (cached, or computed so far),
+    as the backend reports its own units of work (``app/grading/progress.py``): the model batches
+    are the same with or without it, and so are the outcomes. Nothing is stored yet, so n is lost
+    if the process dies; the batch's end is said by its commit, not here.
+    """
     if not prepared.fresh:
         return {}
-    results = method.grade([cell.input for cell in prepared.fresh.values()])
+    inputs = [cell.input for cell in prepared.fresh.values()]
+    if progress is None:
+        return dict(zip(prepared.fresh, method.grade(inputs), strict=True))
+    cached = sum(1 for key in prepared.keys if key in prepared.outcomes)
+    pending = len(prepared.keys) - cached
+    with reporting(lambda share: progress(cached + int(pending * share))):
+        results = method.grade(inputs)
     return dict(zip(prepared.fresh, results, strict=True))
 
 
@@ -280,10 +296,15 @@ def store_batch(
     return report
 
 
-def grade_batch(session: Session, method: GradingMethod, grader_pk: int, cells: Sequence[Cell]) -> GradingReport:
-    """Grade one batch: cache hits cost nothing, identical prompts are graded once, rows are upserted."""
+def grade_batch(
+    session: Session, method: GradingMethod, grader_pk: int, cells: Sequence[Cell], progress: Progress | None = None
+) -> GradingReport:
+    """Grade one batch: cache hits cost nothing, identical prompts are graded once, rows are upserted.
+
+    ``progress`` (optional) hears how many of the batch's cells are computed but not yet stored.
+    """
     prepared = prepare_batch(session, method, cells)
-    return store_batch(session, grader_pk, prepared, compute_batch(method, prepared))
+    return store_batch(session, grader_pk, prepared, compute_batch(method, prepared, progress))
 
 
 def grade_cells(

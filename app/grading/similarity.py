@@ -11,6 +11,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from app.grading import progress
 from app.grading.methods import GraderConfig, Outcome, grader_identity
 from app.grading.models import MINILM, ModelSource, offline_if_local, resolve
 from app.grading.prompts import CellInput
@@ -26,16 +27,24 @@ def grade_from_cosine(cosine: float) -> float:
     return min(float(MAX_GRADE), max(0.0, MAX_GRADE * (cosine - COSINE_FLOOR) / COSINE_SPAN))
 
 
+ENCODE_BATCH = 64  # texts per encoder call
+
+
 class SimilarityGrader:
     """Mean-pooled, L2-normalised sentence embeddings; each distinct text is embedded once per process."""
 
     def __init__(
-        self, model: str = MINILM, *, prompt_type: str = "question", device: str = "cpu", batch_size: int = 64
+        self,
+        model: str = MINILM,
+        *,
+        prompt_type: str = "question",
+        device: str = "cpu",
+        batch_size: int | None = None,
     ) -> None:
         self.source: ModelSource = resolve(model)
         self.prompt_type = prompt_type
         self.device = device
-        self.batch_size = batch_size
+        self.batch_size = batch_size or ENCODE_BATCH
         self.calls = 0
         self._model: Any = None
         self._tokenizer: Any = None
@@ -90,6 +99,7 @@ class SimilarityGrader:
         import torch
 
         missing = [t for t in dict.fromkeys(texts) if t not in self._vectors]
+        advance = progress.tracker(len(missing))  # encoding is the work; the cosines after it are instant
         for start in range(0, len(missing), self.batch_size):
             batch = missing[start : start + self.batch_size]
             encoded = self._tokenizer(batch, padding=True, truncation=True, max_length=256, return_tensors="pt")
@@ -100,6 +110,7 @@ class SimilarityGrader:
             pooled = torch.nn.functional.normalize((hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9), dim=-1)
             self._vectors.update(zip(batch, pooled.cpu(), strict=True))
             self.calls += len(batch)
+            advance(len(batch))
 
     def grade(self, cells: Sequence[CellInput]) -> list[Outcome]:
         self._ensure_loaded()

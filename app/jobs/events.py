@@ -8,6 +8,11 @@ it reads them. Events (SSE event name: payload):
   rubric edit alone changes the leaderboard). Leaderboard pages re-fetch on it.
 * ``job-<id>``: ``{"type": "job", "event": "job-<id>", "job": id, "state": …, "total": …, …}``,
   the job's counters after each of its batches; only that job's row listens.
+* ``job-<id>`` also carries ``{"type": "job-progress", …the job's counters…, "in_batch": n}``
+  while a batch runs: n cells of the running batch are computed but NOT committed yet (at most two
+  such events a second per job). They are a hint, not a fact: if the worker dies, those n cells are
+  lost and graded again; the committed counters in the row (re-fetched after each batch) stay the
+  truth, so the row shows ``done + in_batch`` only until the batch's own ``job`` event arrives.
 * ``jobs``: ``{"type": "jobs", "job": id, "state": …}`` when a job appears or ends; pages that
   list jobs re-fetch the list once.
 """
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from functools import partial
 
 from sqlalchemy import select
@@ -26,7 +32,7 @@ from app.events import Event, publish, redis_client
 from app.models import Collection, Job
 
 _LIVE = ("queued", "running")
-_last_sent: dict[int, float] = {}
+_last_sent: dict[str, float] = {}
 _lock = threading.Lock()
 
 
@@ -46,6 +52,28 @@ def job_event(job: Job) -> Event:
     }
 
 
+def in_batch_event(committed: Event, in_batch: int) -> Event:
+    """``committed`` (a ``job_event`` taken before the batch's model calls) plus the batch's uncommitted cells."""
+    return {**committed, "type": "job-progress", "in_batch": in_batch}
+
+
+def in_batch_publisher(job: Job) -> Callable[[int], None]:
+    """The engine's progress callback for one running batch: ``in_batch_event``, at most two a second per job.
+
+    Everything is read from ``job`` now, so the callback, called from the worker thread that waits
+    for the model, touches no database, only ``publish``. The throttle's key has the job's creation
+    time: a recreated database's job with the same id is another job.
+    """
+    collection_id, committed = job.collection_id, job_event(job)
+    topic = f"job-progress:{job.id}:{job.created_at.timestamp() if job.created_at else 0}"
+
+    def report(in_batch: int) -> None:
+        if in_batch > 0 and _due(topic, 0.5):
+            publish(collection_id, in_batch_event(committed, in_batch))
+
+    return report
+
+
 def jobs_event(job: Job) -> Event:
     return {"type": "jobs", "job": job.id, "state": job.state}
 
@@ -54,16 +82,16 @@ def grades_event(revision: int) -> Event:
     return {"type": "grades", "revision": revision}
 
 
-def _due(collection_id: int) -> bool:
-    """At most one ``grades`` event per collection per second, across processes when Redis is there."""
+def _due(topic: str, seconds: float = 1.0) -> bool:
+    """At most one event of ``topic`` per ``seconds``, across processes when Redis is there."""
     client = redis_client()
     if client is not None:
-        return bool(client.set(f"rubric:grades-throttle:{collection_id}", 1, nx=True, px=1000))
+        return bool(client.set(f"rubric:throttle:{topic}", 1, nx=True, px=int(seconds * 1000)))
     with _lock:
         now = time.monotonic()
-        if now - _last_sent.get(collection_id, 0.0) < 1.0:
+        if now - _last_sent.get(topic, -seconds) < seconds:
             return False
-        _last_sent[collection_id] = now
+        _last_sent[topic] = now
         return True
 
 
@@ -78,7 +106,7 @@ def after_batch(session: Session, job: Job) -> None:
     finished = job.state not in _LIVE
     if finished:
         publish(job.collection_id, jobs_event(job))
-    if finished or _due(job.collection_id):
+    if finished or _due(f"grades:{job.collection_id}"):
         publish(job.collection_id, grades_event(_revision(session, job.collection_id)))
 
 

@@ -42,7 +42,7 @@ from app.grading.methods import GradingMethod, cache_key
 from app.grading.preflight import PreflightFailed, preflight_method
 from app.grading.prompts import CellInput
 from app.grading.service import GraderSpec, build_method, public_error, validate_generator, validate_spec
-from app.jobs.events import announce_cancel, announce_launch
+from app.jobs.events import announce_cancel, announce_launch, in_batch_publisher
 from app.models import DIRECT_ITEM, BankItem, Collection, Job, JobBatch, Passage, PoolEntry, Query
 from app.models.base import utcnow
 from app.sqlutil import chunks
@@ -575,10 +575,11 @@ def execute_batch(session: Session, batch_id: int, backoff: float = 1.0) -> Job 
 def _grade(session: Session, job: Job, batch: JobBatch, method: GradingMethod) -> None:
     """Read, commit, call the model under a heartbeat, then write: no transaction spans the model calls."""
     prepared = prepare_batch(session, method, cells_for(session, job, batch.cells))
+    progress = in_batch_publisher(job)  # reads the row now: the commit expires it
     session.commit()  # ends the read; writers (cancel, overrides) never wait on the model
     start = time.perf_counter()
     with heartbeat(session, batch.id):
-        computed = compute_batch(method, prepared)
+        computed = compute_batch(method, prepared, progress)
     seconds = time.perf_counter() - start
     grader_pk = ensure_method_grader(session, method)
     _note_grader(job, grader_pk)

@@ -35,6 +35,14 @@ GRADE = (-1, 5)  # a rating filter: -1 = no rating, else the self-rating
 FILTER_CHARS = 200  # the longest query / item id a filter accepts
 SPURIOUS_PER_QUERY = 20  # the spurious view lists a query's most frequent items only
 
+# a column's header on the web page (the CLI and its JSON keep the column names)
+COLUMN_LABELS = {
+    "rating": "grade",
+    "worst_judgment": "worst judgment",
+    "best_rating": "best grade",
+    "text": "passage text",
+}
+
 # web view → CLI analysis (``rubric verify COLLECTION ANALYSIS``), one to one
 CLI_ANALYSES = {"verify": "grading", "bad": "bad-questions", "uncovered": "uncovered", "impact": "impact"}
 VIEWS = {analysis: view for view, analysis in CLI_ANALYSES.items()}
@@ -91,6 +99,11 @@ class OversightPage:
             "thresholds": {"min_rating": self.thresholds.min_rating, "min_judgment": self.thresholds.min_judgment},
             "grader": {"id": self.grader.id, "model": self.grader.model, "prompt_class": self.grader.prompt_class},
         }
+
+    @staticmethod
+    def label(column: str) -> str:
+        """A column's header in words on the web page (``best_rating``: "best grade")."""
+        return COLUMN_LABELS.get(column, column)
 
     def as_table(self, *, pager: bool = False) -> Table:
         """The rows as a table; ``pager``: with the web's "page P of N · T rows" line as its footer."""

@@ -30,12 +30,12 @@ from sqlalchemy.orm import Session
 from app.collections import snapshot
 from app.collections.graders import resolve_grader
 from app.collections.queries import GraderRef, version_item_ids
-from app.collections.snapshot import _core_rows
+from app.collections.snapshot import core_rows, judgment_extremes
 from app.errors import Invalid, NotFound
 from app.evaluation.cover import OVERALL, cover_scores_of, cover_table
 from app.evaluation.frame import NO_RATING, BoolArray, FloatArray, GradeFrame, IntArray, RankingFrame
 from app.leaderboards import params
-from app.models import Collection, Grade, GradeOverride, Judgment, OverrideEvent, PoolEntry, Query
+from app.models import Collection, Grade, GradeOverride, OverrideEvent, PoolEntry, Query
 from app.review.flags import flagged_ids
 from app.rubrics.service import latest_version
 
@@ -331,7 +331,7 @@ def _stored_probabilities(
 ) -> tuple[FloatArray, FloatArray]:
     """(E[grade], valid mass) per cell, NaN where not stored (only score-mode grades store them)."""
     expected, mass = np.full(len(grades.entry), np.nan), np.full(len(grades.entry), np.nan)
-    rows = _core_rows(
+    rows = core_rows(
         session,
         select(Grade.pool_entry_pk, Grade.item_id, Grade.expected_grade, Grade.valid_mass).where(
             Grade.grader_pk == grader_pk,
@@ -353,22 +353,6 @@ def _stored_probabilities(
             expected[sorter[at]] = np.nan if e is None else float(e)
             mass[sorter[at]] = np.nan if m is None else float(m)
     return expected, mass
-
-
-def _highest_judgments(session: Session, collection: Collection, position: dict[int, int], n_entries: int) -> IntArray:
-    judged = np.full(n_entries, -1, dtype=np.int64)
-    rows = _core_rows(
-        session,
-        select(Judgment.pool_entry_pk, Judgment.relevance)
-        .join(PoolEntry, PoolEntry.id == Judgment.pool_entry_pk)
-        .join(Query, Query.id == PoolEntry.query_pk)
-        .where(Query.collection_id == collection.id),
-    )
-    for entry_pk, relevance in rows:
-        at = position.get(entry_pk)
-        if at is not None:
-            judged[at] = max(judged[at], relevance)
-    return judged
 
 
 def _scored(
@@ -399,7 +383,7 @@ def _scored(
     grades = grades.select(np.array([bool(item) for item in grades.items], dtype=bool)[grades.item])
     position = current.structure.position
     expected, mass = _stored_probabilities(session, grades, grader.id, position)
-    judged = _highest_judgments(session, collection, position, grades.pool.n_entries)
+    judged = judgment_extremes(session, collection)[2]  # the highest judgment per entry, -1 if unjudged
     scores = priority_scores(
         grades,
         current.structure.rankings,

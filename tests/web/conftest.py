@@ -13,7 +13,7 @@ from app.accounts.service import create_user
 from app.config import get_settings
 from app.db import session_scope
 from app.web.main import create_app
-from tests.conftest import Database
+from tests.conftest import Database, PostgresServer, Seeded, restore_seeded
 from tests.grading.conftest import import_sample
 from tests.jobs.helpers import launch, wait_job
 
@@ -22,8 +22,7 @@ PASSWORDS = {"viewer": "reads-the-grid-1", "judge": "grades-cells-2", "organizer
 
 def seed_web(database: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Database:
     """The sample collection graded by the default grader (embedded worker), with one user per role."""
-    monkeypatch.delenv("RUBRIC_REDIS_URL", raising=False)
-    get_settings.cache_clear()
+    _embedded_mode(monkeypatch)
     import_sample(tmp_path)
     wait_job(database, launch(database))
     with session_scope() as session:
@@ -32,15 +31,40 @@ def seed_web(database: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     return database
 
 
-@pytest.fixture
-def web_db(sqlite_db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Database:
-    return seed_web(sqlite_db, tmp_path, monkeypatch)
+def _embedded_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RUBRIC_REDIS_URL", raising=False)
+    get_settings.cache_clear()
+
+
+def _copy_seeded(
+    db: Database, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, server: PostgresServer | None
+) -> Database:
+    """``db`` becomes a copy of the session's seeded database of its backend: what ``seed_web`` would build."""
+    seeded: Seeded = request.getfixturevalue(f"seeded_web_{db.backend}")
+    restore_seeded(db, seeded, server)
+    _embedded_mode(monkeypatch)
+    return db
 
 
 @pytest.fixture
-def web_db_any(database: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Database:
+def web_db(
+    sqlite_db: Database,
+    request: pytest.FixtureRequest,
+    postgres_server: PostgresServer | None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Database:
+    return _copy_seeded(sqlite_db, request, monkeypatch, postgres_server)
+
+
+@pytest.fixture
+def web_db_any(
+    database: Database,
+    request: pytest.FixtureRequest,
+    postgres_server: PostgresServer | None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Database:
     """``web_db`` on SQLite and on PostgreSQL."""
-    return seed_web(database, tmp_path, monkeypatch)
+    return _copy_seeded(database, request, monkeypatch, postgres_server)
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""The rubric page in a real browser: keys [ and ] walk the queries (never while typing); flag and unflag redraw."""
+"""The rubric page in a real browser: keys [ and ] walk the queries (never while typing); flag and unflag redraw
+only the item's flag area (unsaved text in other items stays)."""
 
 from __future__ import annotations
 
@@ -30,13 +31,19 @@ def test_brackets_walk_the_queries_and_flags_redraw_the_items(server: str, brows
     page.wait_for_url(f"**/rubric/{ids[0]}")
 
     first = page.locator("li.item").first
+    typed = page.locator("li.item").nth(1).locator("input[name=text]")
+    typed.fill("unsaved words in item 2")  # a flag redraws item 1's flag area only: this text stays
     first.locator("summary").click()
     first.locator("input[name=reason]").fill("off-topic")
     first.locator("[data-testid=flag-button]").click()
     page.locator("li.item [data-testid=flag]").first.wait_for(timeout=10_000)
     assert "flagged by judge" in page.locator("li.item").first.locator("[data-testid=flag]").inner_text()
+    assert typed.input_value() == "unsaved words in item 2"
+    assert "flagged" in (first.get_attribute("class") or "")
+    assert first.locator("[data-testid=unflag]").evaluate("b => b === document.activeElement")
     page.locator("li.item [data-testid=unflag]").first.click()
     page.locator("li.item [data-testid=flag]").first.wait_for(state="detached", timeout=10_000)
+    assert typed.input_value() == "unsaved words in item 2"
     first.locator("summary").click()
     first.locator("input[name=reason]").fill("duplicate")
     first.locator("[data-testid=flag-button]").click()  # flagged again: the screenshot shows a flag

@@ -114,7 +114,7 @@ def test_an_open_jobs_page_follows_a_new_job_to_its_end_then_stops_listening(
     wait_for(lambda: LOCAL.subscriber_count(collection_id) == 1, 10, "the page's event stream")
     job_id = launch(web_db, batch_cells=32)  # the embedded worker runs it: batches of 32, 32 and 8 cells
     organizer.page.wait_for_function(  # the row is added, then refreshed at the end, by `jobs` events
-        "id => document.querySelector(`tr#job-${id} td:nth-child(3)`)?.innerText === 'done'", arg=job_id, timeout=60_000
+        "id => document.querySelector(`tr#job-${id}`)?.dataset.state === 'done'", arg=job_id, timeout=60_000
     )
     row = organizer.page.locator(f"tr#job-{job_id}")
     assert "72/72" in row.inner_text()

@@ -52,7 +52,7 @@ NUMBERS = {"huge": HUGE, "neg-huge": "-" + HUGE, "neg": "-1", "zero": "0", "nan"
 TEXTS = {"dotdot": "../..", "slash": "/", "question": "?", "pct00": "%00", "nul": "\x00", "long": LONG}
 TEXTS |= {"unicode": UNICODE, "huge": HUGE}
 NUMERIC_DYNAMIC = {"version", "grader", "min_rating", "min_judgment", "top_k", "a_version", "b_version"}
-NUMERIC_DYNAMIC |= {"a_grader", "b_grader"}
+NUMERIC_DYNAMIC |= {"a_grader", "b_grader", "trials"}
 # Parameters a route reads from request.query_params itself (no declaration FastAPI could list).
 DYNAMIC_QUERY = {
     "/c/{name}/leaderboard": (
@@ -64,10 +64,25 @@ DYNAMIC_QUERY = {
         "min_judgment",
         "top_k",
         "overrides",
+        "exclude_flagged",
+        "significance",
+        "trials",
     ),
-    "/c/{name}/leaderboard.{fmt}": ("measure", "label", "version", "grader", "min_rating", "top_k"),
+    "/c/{name}/leaderboard.{fmt}": (
+        "measure",
+        "label",
+        "version",
+        "grader",
+        "min_rating",
+        "top_k",
+        "overrides",
+        "exclude_flagged",
+        "significance",
+        "trials",
+    ),
     "/c/{name}/qrels": ("label", "version", "grader", "min_rating"),
     "/c/{name}/compare": ("a_version", "b_version", "a_grader", "b_grader", "measure"),
+    "/c/{name}/compare.json": ("a_version", "b_version", "a_grader", "b_grader", "measure"),
 }
 DYNAMIC_FORM = {"/c/{name}/drafts/{number}/accept": ("item_id",)}
 SIGN_IN_ROUTES = ("/login", "/logout", "/account/password")

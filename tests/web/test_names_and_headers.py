@@ -254,7 +254,8 @@ def _route(app: FastAPI, method: str, url: str) -> tuple[str, dict[str, object]]
     raise AssertionError(f"{method} {url} matches no route")
 
 
-POST_ATTRIBUTES = {"action", "hx-post", "data-override-url", "data-flag-url"}
+POST_ATTRIBUTES = {"action", "hx-post", "data-override-url", "data-flag-url", "data-unflag-url", "data-undo-url"}
+GET_FORM_ACTION = re.compile(r'<form[^>]*\bmethod="get"[^>]*\baction="([^"]*)"', re.I)
 
 
 def test_hostile_query_ids_render_and_every_link_resolves(hostile_client: httpx.Client, hostile: Database) -> None:
@@ -269,8 +270,10 @@ def test_hostile_query_ids_render_and_every_link_resolves(hostile_client: httpx.
         assert response.status_code == 200, f"GET {url}: {response.status_code} {response.text[:300]}"
         if "text/html" not in response.headers.get("content-type", ""):
             continue
+        get_actions = {html.unescape(a) for a in GET_FORM_ACTION.findall(response.text)}
         for attribute, link in _links(response.text):
-            method = "POST" if attribute in POST_ATTRIBUTES else "GET"
+            posted = attribute in POST_ATTRIBUTES and not (attribute == "action" and link in get_actions)
+            method = "POST" if posted else "GET"
             name, params = _route(app, method, link)
             if "query_id" in params:
                 assert params["query_id"] in HOSTILE_IDS, f"{link} lost its query id: {params}"

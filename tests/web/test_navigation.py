@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import update
 
+from app.models import Passage
+from app.web.main import create_app
+from tests.conftest import Database
 from tests.web.conftest import login
 
 Q = "bees"
@@ -95,3 +101,56 @@ def test_the_overview_links_every_query_to_its_rubric_grid_and_review_queue(clie
         query = row.split('"', 2)[1]
         assert f'href="/c/sample/rubric/{query}"' in row and f'href="/c/sample/grid/{query}"' in row
         assert f'href="/c/sample/review?query={query}"' in row
+
+
+FLAG_CELL = re.compile(r'<td class="flag-cell[^"]*" data-flag-item="([^"]+)".*?</td>', re.S)
+SHOWN_FORM = re.compile(r'data-flag-form="(flag|unflag)"(?! hidden)>')
+
+
+@pytest.fixture
+def any_client(web_db_any: Database) -> Iterator[TestClient]:
+    with TestClient(create_app()) as test_client:
+        yield test_client
+
+
+def test_verify_rows_offer_flag_or_unflag_by_the_flag_state(any_client: TestClient) -> None:
+    token = login(any_client, "judge")
+    html = any_client.get("/c/sample/oversight/verify").text
+    flagged = FLAG_CELL.search(html)
+    assert flagged is not None
+    item = flagged.group(1)
+    answer = any_client.post("/c/sample/flag", data={"item_id": item}, headers={"X-CSRF-Token": token})
+    assert answer.status_code == 200 and answer.json()["flagged"] is True
+    cells = [(m.group(1), m.group(0)) for m in FLAG_CELL.finditer(any_client.get("/c/sample/oversight/verify").text)]
+    assert {cell_item for cell_item, _ in cells} - {item}, "the page shows unflagged items too"
+    for cell_item, cell in cells:  # exactly one button shows: the one that changes the state
+        assert SHOWN_FORM.findall(cell) == ["unflag" if cell_item == item else "flag"], cell
+        assert ("⚑ flagged by you" in cell) == (cell_item == item)
+
+
+def test_uncovered_headers_read_as_words_and_long_passages_are_clamped(
+    any_client: TestClient, web_db_any: Database
+) -> None:
+    login(any_client, "viewer")
+    path = "/c/sample/oversight/uncovered?min_rating=1&min_judgment=0"
+    html = any_client.get(path).text
+    head = html.split("<thead>", 1)[1].split("</thead>", 1)[0]
+    assert re.findall(r"<th[^>]*>([^<]+)</th>", head) == [
+        "query",
+        "passage",
+        "worst judgment",
+        "best grade",
+        "passage text",
+        "actions",
+    ]
+    assert 'class="clamp"' not in html and "data-expand-text" not in html  # short texts stay whole
+    passage = re.search(r"<tbody>\s*<tr>\s*<td>[^<]*</td><td>([^<]+)</td>", html)
+    assert passage is not None
+    long_text = "a passage with many words " * 40
+    with web_db_any.session() as session:
+        session.execute(update(Passage).where(Passage.passage_id == passage.group(1)).values(text=long_text))
+        session.commit()
+    html = any_client.get(path).text
+    row = html.split(f"<td>{passage.group(1)}</td>", 1)[1].split("</tr>", 1)[0]
+    assert f'<td class="clamp">{long_text}</td>' in row  # whole in the page, 3 lines on screen
+    assert '<label class="expand-text"><input type="checkbox" data-expand-text> whole text</label>' in row

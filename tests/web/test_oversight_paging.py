@@ -13,31 +13,10 @@ from app.db import session_scope
 from app.oversight.service import PER_PAGE
 from app.web.main import create_app
 from tests.conftest import Database
-from tests.helpers import import_dev
+from tests.helpers import import_dev, oversight_rows
 from tests.web.conftest import PASSWORDS, login
 
 MB = 1_000_000
-
-
-CELL = re.compile(r"<td([^>]*)>(.*?)</td>", re.S)
-
-
-def _rows(html: str) -> list[list[str]]:
-    """The table's rows in the CLI's columns: a question cell gives back its item id (``data-item``) and
-    text (the ``title``, uncut); the flag column is the web's own and is left out."""
-    body = html.split("<tbody>", 1)[1].split("</tbody>", 1)[0]
-    rows = []
-    for row in re.split(r"<tr[ >]", body)[1:]:
-        cells: list[str] = []
-        for attrs, inner in CELL.findall(row):
-            item = re.search(r'data-item="([^"]*)"', attrs)
-            if item:
-                title = re.search(r'title="([^"]*)"', inner)
-                cells += [item.group(1), title.group(1) if title else ""]
-            elif "flag-cell" not in attrs:
-                cells.append(inner)
-        rows.append(cells)
-    return rows
 
 
 def _summary(html: str) -> tuple[int, int, int]:
@@ -53,10 +32,10 @@ def test_verify_pages_hold_at_most_50_rows_and_link_both_ways(client: TestClient
     assert first.status_code == 200
     page, pages, total = _summary(first.text)
     assert (page, pages) == (1, -(-total // PER_PAGE)) and total > PER_PAGE
-    assert len(_rows(first.text)) == PER_PAGE
+    assert len(oversight_rows(first.text)) == PER_PAGE
     assert 'rel="prev"' not in first.text and 'rel="next"' in first.text
     last = client.get(f"/c/sample/oversight/verify?min_rating=3&page={pages}").text
-    assert len(_rows(last)) == total - (pages - 1) * PER_PAGE
+    assert len(oversight_rows(last)) == total - (pages - 1) * PER_PAGE
     assert 'rel="prev"' in last and 'rel="next"' not in last
     # the links keep the settings and go through url_for
     link = re.search(r'rel="next" href="([^"]+)"', first.text)
@@ -71,22 +50,22 @@ def test_filters_by_query_item_and_grade(client: TestClient) -> None:
     url = "/c/sample/oversight/verify"
     pages = _summary(client.get(url).text)[1]
     for n in range(1, pages + 1):
-        everything += _rows(client.get(f"{url}?page={n}").text)
+        everything += oversight_rows(client.get(f"{url}?page={n}").text)
     query, item, grade = everything[0][0], everything[0][1], everything[0][4]
-    by_query = _rows(client.get(f"{url}?query={query}").text)
+    by_query = oversight_rows(client.get(f"{url}?query={query}").text)
     assert by_query and all(r[0] == query for r in by_query)
     assert _summary(client.get(f"{url}?query={query}").text)[2] == sum(1 for r in everything if r[0] == query)
-    by_item = _rows(client.get(f"{url}?item={item}").text)
+    by_item = oversight_rows(client.get(f"{url}?item={item}").text)
     assert by_item and all(r[1] == item for r in by_item)
     by_grade = client.get(f"{url}?grade={grade}").text
     assert _summary(by_grade)[2] == sum(1 for r in everything if r[4] == grade)
-    assert all(r[4] == grade for r in _rows(by_grade))
+    assert all(r[4] == grade for r in oversight_rows(by_grade))
     assert _summary(client.get(f"{url}?query=no-such-query").text)[2] == 0
     # uncovered: grade filters the best rating; impact: query filters the items computed
-    uncovered = _rows(client.get("/c/sample/oversight/uncovered?min_rating=5&grade=4").text)
+    uncovered = oversight_rows(client.get("/c/sample/oversight/uncovered?min_rating=5&grade=4").text)
     assert all(r[3] == "4" for r in uncovered)
     impact = client.get(f"/c/sample/oversight/impact?query={query}").text
-    assert _rows(impact) and all(r[0] == query for r in _rows(impact))
+    assert oversight_rows(impact) and all(r[0] == query for r in oversight_rows(impact))
 
 
 @pytest.mark.parametrize(
@@ -116,10 +95,10 @@ def test_no_page_over_1_mb_on_dl19_dev(sqlite_db: Database, dl19_dev: Path) -> N
             for n in sorted({1, 2, pages}):
                 page = client.get(f"/c/dl19/oversight/{view}?min_rating=3&page={n}")
                 assert len(page.content) < MB, (view, n, len(page.content))
-                assert len(_rows(page.text)) <= PER_PAGE
+                assert len(oversight_rows(page.text)) <= PER_PAGE
         verify = _summary(client.get("/c/dl19/oversight/verify").text)
         assert verify[2] > PER_PAGE  # the unpaged table was many MB; it is now split
-        query = _rows(client.get("/c/dl19/oversight/verify").text)[0][0]
+        query = oversight_rows(client.get("/c/dl19/oversight/verify").text)[0][0]
         impact = client.get(f"/c/dl19/oversight/impact?query={query}")
         assert impact.status_code == 200 and len(impact.content) < MB
-        assert _rows(impact.text) and all(r[0] == query for r in _rows(impact.text))
+        assert oversight_rows(impact.text) and all(r[0] == query for r in oversight_rows(impact.text))

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from app.grading import progress
 from app.grading.backends.base import BackendError, ScoreResult, token_budget_batches
 from app.grading.models import ModelSource, converted_cache_dir, offline_if_local, resolve
 from app.grading.prompts import PromptMessages
@@ -198,9 +199,11 @@ class HuggingFaceBackend:
         texts = [self._wrap(p) for p in prompts]
         lengths = [len(ids) for ids in self._tokenizer(texts, add_special_tokens=False)["input_ids"]]
         results: list[T | BackendError | None] = [None] * len(texts)
+        advance = progress.tracker(len(texts))
         for batch in token_budget_batches(lengths, self.batch_tokens):
             for index, result in zip(batch, self._split_on_oom(run, [texts[i] for i in batch]), strict=True):
                 results[index] = result
+            advance(len(batch))
         self.calls += len(texts)
         return [r if r is not None else BackendError("no result") for r in results]
 

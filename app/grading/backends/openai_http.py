@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 import openai
 
 from app.config import get_settings
+from app.grading import progress
 from app.grading.backends.base import BackendError, ScoreResult
 from app.grading.failures import NOT_SENT, ConsecutiveErrors
 from app.grading.prompts import PromptMessages, Tokenizer
@@ -180,6 +181,7 @@ class OpenAIBackend:
         """Every prompt through ``one`` with retries; after too many identical errors in a row, send no more."""
         streak = ConsecutiveErrors(self.max_consecutive_errors)
         lock = threading.Lock()
+        advance = progress.tracker(len(prompts))  # taken here: the pool's threads do not see the context
 
         def guarded(prompt: PromptMessages) -> T | BackendError:
             with lock:
@@ -190,6 +192,7 @@ class OpenAIBackend:
             error = result.error if isinstance(result, _ScoreFailure) else result
             with lock:
                 streak.feed(str(error) if isinstance(error, BackendError) else None)
+            advance(1)
             return result
 
         with ThreadPoolExecutor(max_workers=max(1, self.concurrency)) as pool:
