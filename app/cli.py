@@ -196,7 +196,10 @@ def leaderboard_command(
     ] = False,
     significance: Annotated[
         bool,
-        typer.Option("--significance", help="Test each system against the next one down (paired randomisation)."),
+        typer.Option(
+            "--significance",
+            help="Test each system against the next one down, and every pair with Holm (paired randomisation, t-test).",
+        ),
     ] = False,
     trials: Annotated[
         int, typer.Option("--trials", min=100, max=100_000, help="Sign flips of the randomisation test.")
@@ -207,7 +210,7 @@ def leaderboard_command(
     from app.collections.service import get_collection
     from app.config import get_settings
     from app.leaderboards import service
-    from app.leaderboards.analysis import leaderboard_analysis, leaderboard_analysis_json, significance_table
+    from app.leaderboards.analysis import leaderboard_analysis, leaderboard_analysis_json, significance_tables
 
     settings = get_settings()
     output = _format(fmt)
@@ -244,8 +247,9 @@ def leaderboard_command(
         typer.echo(json.dumps(leaderboard_analysis_json(result), indent=1))
     else:
         typer.echo(service.leaderboard_table(result.board).render(output), nl=False)
-        if result.significance is not None:
-            typer.echo("\n" + significance_table(result.significance).render(output), nl=False)
+        if result.significance is not None:  # adjacent pairs, then all pairs with Holm
+            for table in significance_tables(result.significance):
+                typer.echo("\n" + table.render(output), nl=False)
 
 
 def _grader_id(session: Any, target: Any, grader: int | None, model: str | None, prompt_class: str | None) -> int:
@@ -335,7 +339,15 @@ def agreement_command(
         typer.Option(
             "--sweep",
             help="Also the threshold sweep, per-item κ and the overrides' agreement (the web's agreement page); "
-            "JSON becomes an object with 'tables'.",
+            "JSON becomes an object with 'tables' and 'calibration'.",
+        ),
+    ] = False,
+    calibration: Annotated[
+        bool,
+        typer.Option(
+            "--calibration",
+            help="Only the grader's calibration against the judges' overrides: reliability by predicted grade "
+            "and by E[grade] bin, ECE (also part of --sweep).",
         ),
     ] = False,
     fmt: FormatOpt = "md",
@@ -343,6 +355,7 @@ def agreement_command(
     """Cohen's κ tables (GRADED, MERGE, LENIENT, STRICT) with their confusion counts."""
     from app.agreement import service
     from app.agreement.analysis import agreement_analysis, agreement_analysis_json, agreement_analysis_tables
+    from app.agreement.calibration import calibration_tables, load_calibration
     from app.collections.service import get_collection
 
     output = _format(fmt)
@@ -350,18 +363,24 @@ def agreement_command(
     with _user_errors(), _session() as session:
         target = get_collection(session, collection)
         grader_id = _grader_id(session, target, grader, model, prompt_class)
+        calibrated = load_calibration(session, target, grader_id) if sweep or calibration else None
         if sweep:
             result = agreement_analysis(
                 session, target, grader_id=grader_id, min_answers=tuple(levels), min_judgment=min_judgment
             )
-        else:
+        elif not calibration:
             tables = service.agreement_tables(
                 session, target, min_answers=levels, min_judgment=min_judgment, grader_id=grader_id
             )
-    if sweep and output == "json":
-        typer.echo(json.dumps(agreement_analysis_json(result), indent=1))
-    elif sweep:
-        typer.echo(render_tables(agreement_analysis_tables(result), output), nl=False)
+    if sweep and calibrated is not None and output == "json":  # the web's agreement.json, key for key
+        typer.echo(json.dumps({**agreement_analysis_json(result), "calibration": calibrated.as_json()}, indent=1))
+    elif sweep and calibrated is not None:
+        both = [*agreement_analysis_tables(result), *calibration_tables(calibrated)]
+        typer.echo(render_tables(both, output), nl=False)
+    elif calibrated is not None and output == "json":
+        typer.echo(json.dumps(calibrated.as_json(), indent=1))
+    elif calibrated is not None:
+        typer.echo(render_tables(calibration_tables(calibrated), output), nl=False)
     elif output == "json":
         typer.echo(json.dumps(service.agreement_json(tables), indent=1))
     else:

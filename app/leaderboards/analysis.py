@@ -11,7 +11,7 @@ import math
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -21,7 +21,14 @@ from app.collections.service import official_leaderboard
 from app.evaluation.correlation import rank_correlation, scores_to_ranks
 from app.evaluation.cover import OVERALL
 from app.evaluation.formatting import Table, nan_to_none
-from app.evaluation.significance import DEFAULT_TRIALS, Significance, adjacent_significance
+from app.evaluation.significance import (
+    DEFAULT_TRIALS,
+    PairTest,
+    Significance,
+    adjacent_significance,
+    all_pairs_significance,
+    min_holm_p,
+)
 from app.evaluation.types import Leaderboard, SystemScore
 from app.leaderboards import params
 from app.leaderboards.measures import TrecMeasure
@@ -106,7 +113,9 @@ def leaderboard_analysis(
     With ``per_query_level`` and a trec measure, also the per-query correlation against the manual
     judgments at that relevance level; Cover has no manual counterpart and gets none. With
     ``significance``, each system against the next one down (paired randomisation test over their
-    common queries, ``trials`` sign flips seeded by the bootstrap seed) and the groups it implies.
+    common queries, ``trials`` sign flips seeded by the bootstrap seed) and the groups it implies,
+    and every pair of systems with Holm's correction (the same trials and seed, so a pair's raw
+    p-value is the same in both lists; 59 systems × 54 queries at 10,000 trials take about 70 ms).
     """
     data = evaluation_data(session, collection, request)
     if official is None:
@@ -133,7 +142,7 @@ _significance_lock = threading.Lock()
 
 
 def board_significance(board: Leaderboard, ranked: tuple[RankedSystem, ...], *, trials: int, seed: int) -> Significance:
-    """The adjacent-pair tests of ``board``, cached by its content (order, per-query scores, trials, seed).
+    """The adjacent-pair and all-pairs tests of ``board``, cached by content (order, per-query scores, trials, seed).
 
     Every open board re-fetches on the same event, and the page, its fragment and its export show
     one board: the tests are a pure function of what the key digests, so one computation serves all.
@@ -147,7 +156,8 @@ def board_significance(board: Leaderboard, ranked: tuple[RankedSystem, ...], *, 
         if cached is not None:
             _significance_cache.move_to_end(key)
             return cached
-    result = adjacent_significance(order, per_system, trials=trials, seed=seed)
+    adjacent = adjacent_significance(order, per_system, trials=trials, seed=seed)
+    result = replace(adjacent, all_pairs=all_pairs_significance(order, per_system, trials=trials, seed=seed))
     with _significance_lock:
         _significance_cache[key] = result
         while len(_significance_cache) > MAX_SIGNIFICANCE_CACHED:
@@ -191,6 +201,27 @@ def significance_json(result: Significance) -> dict[str, Any]:
             }
             for t in result.adjacent
         ],
+        "all_pairs": {
+            "correction": "Holm, over all pairs, each test its own family",
+            "min_holm_p": min_holm_p(len(result.all_pairs), result.trials),
+            "pairs": [_all_pairs_json(t) for t in result.all_pairs],
+        },
+    }
+
+
+def _all_pairs_json(t: PairTest) -> dict[str, Any]:
+    return {
+        "better": t.better,
+        "worse": t.worse,
+        "n_queries": t.n_queries,
+        "mean_difference": t.mean_difference,
+        "p_randomisation": t.p_randomisation,
+        "p_randomisation_holm": t.p_holm,
+        "distinct": t.distinct,
+        "t": nan_to_none(t.t),
+        "p_t": nan_to_none(t.p_t),
+        "p_t_holm": nan_to_none(t.p_t_holm),
+        "distinct_t": t.distinct_t,
     }
 
 
@@ -219,6 +250,82 @@ def significance_table(result: Significance) -> Table:
             "groups: " + ", ".join(f"{s}={g}" for s, g in result.groups.items()),
         ],
     )
+
+
+def all_pairs_table(result: Significance) -> Table:
+    """Every pair with Holm-adjusted p-values, in board order (the third table of ``--significance``)."""
+    rows: list[list[Any]] = [
+        [
+            t.better,
+            t.worse,
+            t.n_queries,
+            t.mean_difference,
+            t.p_randomisation,
+            t.p_holm,
+            "yes" if t.distinct else "no",
+            nan_to_none(t.p_t),
+            nan_to_none(t.p_t_holm),
+            "yes" if t.distinct_t else "no",
+        ]
+        for t in result.all_pairs
+    ]
+    floor = min_holm_p(len(result.all_pairs), result.trials)
+    return Table(
+        title="Significance: all pairs, Holm-corrected",
+        columns=[
+            "system",
+            "other",
+            "n_queries",
+            "mean_difference",
+            "p_randomisation",
+            "p_randomisation_holm",
+            "distinct",
+            "p_t",
+            "p_t_holm",
+            "distinct_t",
+        ],
+        rows=rows,
+        footer=[
+            f"{len(result.all_pairs)} pairs; Holm over all pairs, per test; alpha {result.alpha}",
+            f"{result.trials} trials allow a Holm-adjusted randomisation p of at least {floor:.3g}",
+        ],
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class AllPairsSummary:
+    """Every pair, most clearly different first, with the counts a reader looks for first.
+
+    Sorted by the Holm-adjusted randomisation p, then the Holm-adjusted t-test p, then the raw ones
+    (an undefined t-test last):
+    a list of 1,711 pairs at 59 systems reads top-down where a matrix would not fit a screen.
+    ``floor`` is ``min_holm_p``: below it the randomisation family cannot go with these trials.
+    """
+
+    pairs: tuple[PairTest, ...]
+    distinct: int
+    distinct_t: int
+    floor: float
+
+
+def all_pairs_summary(result: Significance) -> AllPairsSummary:
+    def key(t: PairTest) -> tuple[float, float, float, float, str, str]:
+        # Holm ties at 1 for most pairs of a long board: the raw p-values keep "most different first" there
+        t_holm, t_raw = (2.0, 2.0) if math.isnan(t.p_t) else (t.p_t_holm, t.p_t)
+        return (t.p_holm, t_holm, t.p_randomisation, t_raw, t.better, t.worse)
+
+    pairs = tuple(sorted(result.all_pairs, key=key))
+    return AllPairsSummary(
+        pairs,
+        sum(t.distinct for t in pairs),
+        sum(t.distinct_t for t in pairs),
+        min_holm_p(len(pairs), result.trials),
+    )
+
+
+def significance_tables(result: Significance) -> list[Table]:
+    """The adjacent-pair table, then the all-pairs one: what ``--significance`` appends to the board."""
+    return [significance_table(result), all_pairs_table(result)]
 
 
 @dataclass(frozen=True, slots=True)

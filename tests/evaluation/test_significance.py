@@ -13,6 +13,7 @@ from app.evaluation.significance import (
     adjacent_significance,
     all_pairs_significance,
     holm,
+    min_holm_p,
     paired_t,
     randomisation_test,
 )
@@ -87,3 +88,40 @@ def test_pairs_on_their_common_queries_only() -> None:
     assert test.n_queries == 2 and test.mean_difference == pytest.approx(0.6)
     (none,) = adjacent_significance(["a", "c"], {**per_query, "c": {}}, trials=1000).adjacent
     assert none.n_queries == 0 and none.p_randomisation == 1.0 and not none.distinct
+
+
+def _board(systems: int, queries: int, seed: int = 3) -> tuple[list[str], dict[str, dict[str, float]]]:
+    """``systems`` systems a little apart, on ``queries`` queries (sampled: more queries than log2(trials))."""
+    rng = np.random.default_rng(seed)
+    names = [f"s{i:02d}" for i in range(systems)]
+    scores = rng.random((systems, queries)) * 0.3 - np.arange(systems)[:, None] * 0.02
+    return names, {s: {f"q{j}": float(v) for j, v in enumerate(row)} for s, row in zip(names, scores, strict=True)}
+
+
+def test_all_pairs_p_equals_the_adjacent_p_and_scipy_t() -> None:
+    order, per_query = _board(6, 40)
+    per_query["s03"].pop("q5")  # a shorter common set for three pairs: still the same p both ways
+    adjacent = adjacent_significance(order, per_query, trials=3000, seed=11).adjacent
+    pairs = {(t.better, t.worse): t for t in all_pairs_significance(order, per_query, trials=3000, seed=11)}
+    for test in adjacent:
+        same = pairs[test.better, test.worse]
+        assert (same.p_randomisation, same.t, same.p_t) == (test.p_randomisation, test.t, test.p_t)
+    for (a, b), test in pairs.items():
+        common = sorted(set(per_query[a]) & set(per_query[b]))
+        expected = stats.ttest_rel([per_query[a][q] for q in common], [per_query[b][q] for q in common])
+        assert (test.t, test.p_t) == (pytest.approx(expected.statistic), pytest.approx(expected.pvalue))
+        assert test.p_randomisation == randomisation_test(
+            [per_query[a][q] for q in common], [per_query[b][q] for q in common], trials=3000, seed=11
+        )
+
+
+def test_all_pairs_holm_per_family_and_its_floor() -> None:
+    order, per_query = _board(8, 30)
+    pairs = all_pairs_significance(order, per_query, trials=500, seed=1)
+    assert len(pairs) == 28
+    assert [t.p_t_holm for t in pairs] == pytest.approx(holm([t.p_t for t in pairs]))
+    assert all(t.distinct_t is (t.p_t_holm < 0.05) and t.distinct is (t.p_holm < 0.05) for t in pairs)
+    # 500 sampled trials: p ≥ 2/501, so over 28 pairs no Holm-adjusted p goes below 56/501
+    assert min_holm_p(28, 500) == pytest.approx(56 / 501)
+    assert min(t.p_holm for t in pairs) >= min_holm_p(28, 500) * (1 - 1e-12)  # (28 × p) vs (28 × 2) / 501
+    assert not any(t.distinct for t in pairs) and any(t.distinct_t for t in pairs)

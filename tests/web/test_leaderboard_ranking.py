@@ -1,5 +1,6 @@
 """The leaderboard as a ranking: competition ranks with ties, the overall row apart, flags excluded on request,
-significance of adjacent systems (the same numbers in the CLI and the web), live triggers."""
+significance of adjacent systems and of all pairs with Holm (the same numbers in the CLI and the web),
+live triggers."""
 
 from __future__ import annotations
 
@@ -97,11 +98,19 @@ def test_cli_and_web_give_the_same_significance(judge: tuple[TestClient, str]) -
     for pair in tests["adjacent"]:  # a new group starts exactly below a distinct pair
         step = tests["groups"][pair["worse"]] - tests["groups"][pair["better"]]
         assert step == (1 if pair["distinct"] else 0) and 0 < pair["p_randomisation"] <= 1
+    # every pair, Holm per test: a pair's raw p is its adjacent one (same trials, same seed)
+    pairs = {(t["better"], t["worse"]): t for t in tests["all_pairs"]["pairs"]}
+    assert len(pairs) == len(ranked) * (len(ranked) - 1) // 2
+    for pair in tests["adjacent"]:
+        same = pairs[pair["better"], pair["worse"]]
+        assert same["p_randomisation"] == pair["p_randomisation"] and same["p_t"] == pair["p_t"]
+        assert same["p_randomisation_holm"] >= same["p_randomisation"]
+        assert same["distinct"] is (same["p_randomisation_holm"] < 0.05)
     tsv = cli(*args)
     assert "p_randomisation" in tsv and f"{ranked[0]}\t{ranked[1]}\t1\t" in tsv
-    assert (
-        client.get("/c/sample/leaderboard.tsv", params={**BOARD, "significance": 1}).text.count("p_randomisation") == 1
-    )
+    assert "p_randomisation_holm" in tsv and f"{ranked[0]}\t{ranked[-1]}\t" in tsv
+    exported = client.get("/c/sample/leaderboard.tsv", params={**BOARD, "significance": 1}).text
+    assert exported.count("\tp_randomisation\t") == 2 and exported.count("\tp_randomisation_holm\t") == 1
     assert "significance" not in _board(client)
     for bad in ("5", "abc", "100001"):
         assert (
@@ -126,6 +135,9 @@ def test_page_ranks_systems_and_shows_the_overall_row_apart(judge: tuple[TestCli
         rank_cell = row.split("</td>", 1)[0]
         assert ("=" + str(place["rank"]) in rank_cell) is place["tied"]
     assert 'hx-trigger="sse:grades"' in page and "group" in page and "vs next" in page
+    all_pairs = page.split('data-testid="all-pairs"', 1)[1].split("</details>", 1)[0]
+    n = len(board["ranks"])
+    assert all_pairs.count("<tr data-pair=") == n * (n - 1) // 2 and "Holm" in all_pairs
     live = client.get("/c/sample/leaderboard", params={**BOARD, "overrides": 1, "exclude_flagged": 1}).text
     assert 'hx-trigger="sse:grades, sse:overrides, sse:flags"' in live
 

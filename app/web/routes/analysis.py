@@ -18,6 +18,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.agreement.analysis import AgreementAnalysis, agreement_analysis, agreement_analysis_json
+from app.agreement.calibration import load_calibration
 from app.agreement.service import as_table
 from app.collections.graders import resolve_grader
 from app.collections.queries import GraderRef
@@ -29,12 +30,13 @@ from app.leaderboards import params as bounds
 from app.leaderboards.analysis import (
     CompareAnalysis,
     LeaderboardAnalysis,
+    all_pairs_summary,
     compare_analysis,
     compare_json,
     leaderboard_analysis,
     leaderboard_analysis_json,
     overall_explanation,
-    significance_table,
+    significance_tables,
 )
 from app.leaderboards.params import bounded_int
 from app.leaderboards.service import (
@@ -162,6 +164,9 @@ def _system_rows(result: LeaderboardAnalysis) -> list[dict[str, Any]]:
     return rows
 
 
+ALL_PAIRS_SHOWN = 500  # rows of the page's all-pairs table (59 systems have 1,711 pairs): the rest are in the exports
+
+
 def board_view(session: Session, collection: Collection, params: dict[str, Any]) -> dict[str, Any]:
     """The leaderboard page's view model: ranked rows, the overall row apart, charts, live triggers."""
     result = _analysis(session, collection, params, significance=True)
@@ -184,6 +189,8 @@ def board_view(session: Session, collection: Collection, params: dict[str, Any])
             "explanation": overall_explanation(board.measure),
         },
         "significance": result.significance,
+        "all_pairs": None if result.significance is None else all_pairs_summary(result.significance),
+        "all_pairs_shown": ALL_PAIRS_SHOWN,
         "live_triggers": _live_triggers(result.request),
         "correlation": board.correlation,
         "per_query": _per_query_rows(result),
@@ -266,7 +273,7 @@ def leaderboard_export(
         return Response(body, media_type="application/json", headers=headers)
     tables = [leaderboard_table(result.board)]
     if result.significance is not None:
-        tables.append(significance_table(result.significance))
+        tables.extend(significance_tables(result.significance))
     table = render_tables(tables, formats[fmt])  # type: ignore[arg-type]
     return PlainTextResponse(table, headers=headers)
 
@@ -406,6 +413,7 @@ def agreement_page(
             "user": user,
             "collection": name,
             "view": agreement_view(result, flags.flags(session, collection), user.name),
+            "calibration": load_calibration(session, collection, result.grader.id),
             "min_answers": min_answers,
             "min_judgment": min_judgment,
             "grader": result.grader.id,
@@ -424,8 +432,13 @@ def agreement_export(
     session: Session = db,
 ) -> Response:
     """The agreement page's numbers as JSON: the contract of ``rubric agreement --sweep --format json``."""
-    result = _agreement(session, get_or_404(session, name), grader, min_answers, min_judgment)
-    return Response(json.dumps(agreement_analysis_json(result), indent=1), media_type="application/json")
+    collection = get_or_404(session, name)
+    result = _agreement(session, collection, grader, min_answers, min_judgment)
+    calibration = load_calibration(session, collection, result.grader.id).as_json()
+    return Response(
+        json.dumps({**agreement_analysis_json(result), "calibration": calibration}, indent=1),
+        media_type="application/json",
+    )
 
 
 # ---- flags and item cells (oversight and agreement tables) -------------------------------------
