@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -20,6 +21,9 @@ from app.db import is_busy
 from app.errors import DomainError
 from app.evaluation.formatting import TableFormat, render_tables
 from app.leaderboards import measures
+
+if TYPE_CHECKING:
+    from app.leaderboards.service import LeaderboardRequest
 
 app = typer.Typer(
     help="Rubric Workbench: evaluate search and RAG systems with LLM-graded rubrics.", no_args_is_help=True
@@ -41,6 +45,10 @@ GraderOpt = Annotated[
 ]
 FormatOpt = Annotated[str, typer.Option("--format", help="tsv, json, md or latex.")]
 MEASURE_HELP = measures.HELP
+# an imported judge's level: its grades from L count as relevant (UMBRELA's 0-3: 2); bounds of app/agreement/external.py
+MinExternalOpt = Annotated[
+    int, typer.Option("--min-external", min=1, max=1000, help="The judge's relevant grades start here (UMBRELA: 2).")
+]
 
 
 def _fail(message: str) -> None:
@@ -116,6 +124,10 @@ def _run_files(paths: list[Path]) -> list[Path]:
 @app.command("import")
 def import_command(
     collection: CollectionArg,
+    bundle: Annotated[
+        Path | None,
+        typer.Argument(help="With COLLECTION `bundle`: a reproducibility bundle to import (docs/bundles.md)."),
+    ] = None,
     passages: Annotated[
         list[Path] | None, typer.Option("--passages", help="Interchange file(s) (.jsonl[.gz]).")
     ] = None,
@@ -130,8 +142,26 @@ def import_command(
         list[Path] | None,
         typer.Option("--responses", help="Generated responses: RAG24 answer JSONL or DIR/<system>/<qid>.txt."),
     ] = None,
+    requests: Annotated[
+        list[Path] | None, typer.Option("--requests", help="AutoJudge Request topics (JSONL); repeatable.")
+    ] = None,
+    nuggets: Annotated[
+        list[Path] | None,
+        typer.Option("--nuggets", help="NuggetBanks v3 or AutoNuggetizer nugget list (detected); repeatable."),
+    ] = None,
+    reports: Annotated[
+        list[Path] | None,
+        typer.Option("--reports", help="AutoJudge Report RAG outputs with citations: JSONL file or directory."),
+    ] = None,
+    judgments_from: Annotated[
+        list[str] | None,
+        typer.Option("--judgments-from", help="NAME=FILE: graded qrels of another judge (e.g. umbrela=qrels.txt)."),
+    ] = None,
 ) -> None:
-    """Import files into a collection, all in one transaction: any error leaves the database unchanged."""
+    """Import files into a collection, all in one transaction: any error leaves the database unchanged.
+
+    Formats and the package versions they are tested against: docs/formats.md.
+    """
     from app.collections import service
     from app.collections.importing import ImportFiles, import_files
 
@@ -143,11 +173,35 @@ def import_command(
         qrels=[qrels] if qrels else [],
         official=[official] if official else [],
         responses=list(responses or []),
+        requests=list(requests or []),
+        nuggets=list(nuggets or []),
+        reports=list(reports or []),
     )
+    files.judgments_from = [_judge_file(spec) for spec in judgments_from or []]
+    if bundle is not None:
+        _import_bundle(collection, bundle, files)
+        return
     with _user_errors(), _session() as session, _progress("importing") as progress:
         totals = import_files(session, service.ensure_collection(session, collection), files, progress)
     summary = ", ".join(f"{n} {kind}" for kind, n in totals.items()) or "nothing new"
     err.print(f"imported into {collection!r}: {summary}")
+
+
+def _import_bundle(word: str, path: Path, files: Any) -> None:
+    """``rubric import bundle PATH``: a bundle into an empty database, its ids kept (app/collections/bundle.py)."""
+    from dataclasses import astuple
+
+    from app.collections.bundle import import_bundle
+
+    if word != "bundle":
+        _fail(f"a second argument is only taken as `rubric import bundle PATH`, not after {word!r}")
+    if any(astuple(files)):
+        _fail("`rubric import bundle PATH` takes no other files: the bundle holds the whole collection")
+    with _user_errors(), _session() as session:
+        imported = import_bundle(session, path)
+    rows = sum(imported.rows.values())
+    err.print(f"imported collection {imported.collection!r} from {path}: {rows} rows; reproduce its leaderboard with")
+    typer.echo(shlex.join(imported.argv))
 
 
 @app.command("leaderboard")
@@ -204,6 +258,26 @@ def leaderboard_command(
     trials: Annotated[
         int, typer.Option("--trials", min=100, max=100_000, help="Sign flips of the randomisation test.")
     ] = 10_000,
+    overrides: Annotated[
+        bool, typer.Option("--overrides", help="Judges' grade overrides replace the grader's ratings.")
+    ] = False,
+    ppi: Annotated[
+        bool,
+        typer.Option(
+            "--ppi",
+            help="Prediction-powered Cover and P@k with 95 % intervals (clipped to [0, 1]; none where the labelled "
+            "rows in a system's top k show no disagreement) from the judges' uniform sample (docs/ppi.md).",
+        ),
+    ] = False,
+    judge: Annotated[
+        str | None,
+        typer.Option(
+            "--judge",
+            help="Score on this imported judge's graded qrels (--judgments-from NAME=FILE) instead, and correlate "
+            "with the grader's leaderboard and the official ranks (a trec_eval measure).",
+        ),
+    ] = None,
+    min_external: MinExternalOpt = 2,
 ) -> None:
     """Score every system and correlate with the official leaderboard (the web's leaderboard page)."""
     from app.collections.readers import read_official
@@ -211,6 +285,7 @@ def leaderboard_command(
     from app.config import get_settings
     from app.leaderboards import service
     from app.leaderboards.analysis import leaderboard_analysis, leaderboard_analysis_json, significance_tables
+    from app.leaderboards.measures import TrecMeasure
 
     settings = get_settings()
     output = _format(fmt)
@@ -226,10 +301,14 @@ def leaderboard_command(
                 bootstrap_samples=bootstrap if bootstrap is not None else settings.bootstrap_samples,
                 bootstrap_seed=seed if seed is not None else settings.bootstrap_seed,
                 exclude_flagged=exclude_flagged,
+                include_overrides=overrides,
             )
         )
-    if per_query_correlation and checked.is_cover:
+    if per_query_correlation and not isinstance(checked.measure, TrecMeasure):
         _fail("--per-query-correlation needs a trec_eval measure")
+    if judge is not None:
+        _judge_leaderboard(collection, judge, checked, (grader, model, prompt_class), min_external, official, output)
+        return
     with _user_errors(), _session() as session:
         target = get_collection(session, collection)
         request = replace(checked, grader_id=_grader_id(session, target, grader, model, prompt_class))
@@ -242,6 +321,7 @@ def leaderboard_command(
             per_query_level=min_judgment if per_query_correlation else None,
             significance=significance,
             trials=trials,
+            ppi=ppi,
         )
     if output == "json":
         typer.echo(json.dumps(leaderboard_analysis_json(result), indent=1))
@@ -250,6 +330,51 @@ def leaderboard_command(
         if result.significance is not None:  # adjacent pairs, then all pairs with Holm
             for table in significance_tables(result.significance):
                 typer.echo("\n" + table.render(output), nl=False)
+        if result.ppi is not None:
+            from app.leaderboards.ppi import ppi_table
+
+            typer.echo("\n" + ppi_table(result.ppi).render(output), nl=False)
+
+
+def _judge_leaderboard(
+    collection: str,
+    judge: str,
+    checked: LeaderboardRequest,
+    grader: tuple[int | None, str | None, str | None],
+    min_external: int,
+    official: Path | None,
+    output: TableFormat,
+) -> None:
+    """``rubric leaderboard C --measure M --judge NAME``: app/agreement/external.py."""
+    from app.agreement import external
+    from app.collections.readers import read_official
+    from app.collections.service import get_collection
+
+    with _user_errors(), _session() as session:
+        external.judge_measure(checked)  # a trec measure, refused before any work
+        target = get_collection(session, collection)
+        request = replace(checked, grader_id=_grader_id(session, target, *grader))
+        ranks = {system: rank for _, system, rank in read_official(official)} if official else None
+        result = external.external_comparison(
+            session,
+            target,
+            external.resolve_judge(session, target, judge),
+            request,
+            min_external=min_external,
+            official=ranks,
+        )
+    if output == "json":
+        typer.echo(json.dumps(external.external_comparison_json(result), indent=1))
+    else:
+        typer.echo(external.external_comparison_table(result).render(output), nl=False)
+
+
+def _judge_file(spec: str) -> tuple[str, Path]:
+    """``NAME=FILE`` of ``--judgments-from`` as (judge, path); the name is checked where it is imported."""
+    name, sep, file = spec.partition("=")
+    if not sep or not name.strip() or not file:
+        _fail(f"--judgments-from expects NAME=FILE (e.g. umbrela=qrels.txt), got {spec[:80]!r}")
+    return name.strip(), Path(file)
 
 
 def _grader_id(session: Any, target: Any, grader: int | None, model: str | None, prompt_class: str | None) -> int:
@@ -292,6 +417,125 @@ def export_qrels(
         text = format_qrels(service.qrels_for(service.evaluation_data(session, target, request), request))
     out.write_text(text, encoding="utf-8")
     err.print(f"wrote {text.count(chr(10))} qrels lines to {out}")
+
+
+@export_app.command("leaderboard")
+def export_leaderboard(
+    collection: CollectionArg,
+    measure: Annotated[str, typer.Option("--measure", help=MEASURE_HELP)],
+    out: Annotated[Path, typer.Option("--out", help="Output file (a directory for trec_eval: one file per run).")],
+    fmt: Annotated[
+        str, typer.Option("--format", help="trec_eval, ir_measures or jsonl: the layouts autojudge-evaluate reads.")
+    ] = "ir_measures",
+    min_rating: Annotated[
+        int | None,
+        typer.Option("--min-rating", min=0, max=1000, help="Relevance threshold τ (trec_eval -l; Cover threshold)."),
+    ] = None,
+    top_k: Annotated[
+        int, typer.Option("--top-k", min=1, max=10_000, help="Cover's and the nugget scores' rank cut-off.")
+    ] = 20,
+    label: Annotated[str, typer.Option("--label", help="Qrels label: max, min-answers:M or count.")] = "max",
+    grader: GraderOpt = None,
+    model: ModelOpt = None,
+    prompt_class: PromptClassOpt = None,
+    rubric_version: Annotated[int | None, typer.Option("--rubric-version", min=1, max=2**31 - 1)] = None,
+    exclude_flagged: Annotated[
+        bool, typer.Option("--exclude-flagged", help="Leave out the items judges flagged as spurious.")
+    ] = False,
+) -> None:
+    """Write every system's per-query and overall scores for autojudge-evaluate (docs/formats.md)."""
+    from app.collections.service import get_collection
+    from app.leaderboards import service
+    from app.leaderboards.export import eval_rows, parse_format, write_leaderboard
+
+    with _user_errors():
+        layout = parse_format(fmt)
+        checked = service.check_request(
+            service.LeaderboardRequest(
+                measure=measure,
+                min_rating=min_rating,
+                top_k=top_k,
+                label=label,
+                rubric_version=rubric_version,
+                bootstrap_samples=0,
+                exclude_flagged=exclude_flagged,
+            )
+        )
+    with _user_errors(), _session() as session:
+        target = get_collection(session, collection)
+        request = replace(checked, grader_id=_grader_id(session, target, grader, model, prompt_class))
+        scores = service.score_systems(service.evaluation_data(session, target, request), request)
+        rows = eval_rows(scores, request.measure.name)
+        paths = write_leaderboard(rows, layout, out)
+    err.print(f"wrote {len(rows)} {layout} rows ({len(paths)} file(s)) to {out}")
+
+
+@export_app.command("bundle")
+def export_bundle(
+    collection: CollectionArg,
+    out: Annotated[Path, typer.Option("--out", help="Output .tar.gz (docs/bundles.md).")],
+    measure: Annotated[str, typer.Option("--measure", help=MEASURE_HELP)] = "cover",
+    min_rating: Annotated[int | None, typer.Option("--min-rating", min=0, max=1000, help="Threshold τ.")] = None,
+    top_k: Annotated[int, typer.Option("--top-k", min=1, max=10_000, help="Cover's rank cut-off.")] = 20,
+    label: Annotated[str, typer.Option("--label", help="Qrels label: max, min-answers:M or count.")] = "max",
+    grader: GraderOpt = None,
+    rubric_version: Annotated[int | None, typer.Option("--rubric-version", min=1, max=2**31 - 1)] = None,
+    reference_rounding: Annotated[bool, typer.Option("--reference-rounding")] = False,
+    bootstrap: Annotated[int | None, typer.Option("--bootstrap", min=0, max=100_000)] = None,
+    seed: Annotated[int | None, typer.Option("--seed", min=0, max=2**32 - 1)] = None,
+    per_query_correlation: Annotated[bool, typer.Option("--per-query-correlation")] = False,
+    min_judgment: Annotated[int, typer.Option("--min-judgment", min=1, max=4)] = 2,
+    exclude_flagged: Annotated[bool, typer.Option("--exclude-flagged")] = False,
+    overrides: Annotated[bool, typer.Option("--overrides", help="Judges' overrides replace the ratings.")] = False,
+    significance: Annotated[bool, typer.Option("--significance")] = False,
+    trials: Annotated[int, typer.Option("--trials", min=100, max=100_000)] = 10_000,
+) -> None:
+    """Write a reproducibility bundle: the collection, its grades and the leaderboard of these settings."""
+    from app.collections.bundle import board_settings, write_bundle
+    from app.collections.graders import resolve_grader
+    from app.collections.service import get_collection
+    from app.config import get_settings
+    from app.leaderboards.service import LeaderboardRequest
+
+    settings = get_settings()
+    with _user_errors(), _session() as session:
+        target = get_collection(session, collection)
+        request = LeaderboardRequest(
+            measure=measure,
+            min_rating=min_rating,
+            top_k=top_k,
+            label=label,
+            rubric_version=rubric_version,
+            reference_rounding=reference_rounding,
+            bootstrap_samples=bootstrap if bootstrap is not None else settings.bootstrap_samples,
+            bootstrap_seed=seed if seed is not None else settings.bootstrap_seed,
+            include_overrides=overrides,
+            exclude_flagged=exclude_flagged,
+            grader_id=resolve_grader(session, target, grader_id=grader).id,
+        )
+        chosen = board_settings(
+            request,
+            per_query_level=min_judgment if per_query_correlation else None,
+            significance=significance,
+            trials=trials,
+        )
+        summary = write_bundle(session, target, chosen, out)
+    err.print(f"wrote {summary.members} members ({summary.size:,} bytes) to {out}")
+
+
+@export_app.command("nuggets")
+def export_nuggets(
+    collection: CollectionArg,
+    version: Annotated[int, typer.Option("--version", min=1, max=2**31 - 1, help="Rubric version number.")],
+    out: Annotated[Path, typer.Option("--out", help="Output NuggetBanks v3 JSONL (.jsonl or .jsonl.gz).")],
+) -> None:
+    """Write a rubric version as NuggetBanks v3 (TREC AutoJudge), creators from the audit trail."""
+    from app.collections.nuggets_io import write_nugget_banks
+    from app.collections.service import get_collection
+
+    with _user_errors(), _session() as session:
+        count = write_nugget_banks(session, get_collection(session, collection), version, out)
+    err.print(f"wrote {count} nugget banks to {out}")
 
 
 @export_app.command("passages")
@@ -350,9 +594,28 @@ def agreement_command(
             "and by E[grade] bin, ECE (also part of --sweep).",
         ),
     ] = False,
+    against: Annotated[
+        str | None,
+        typer.Option(
+            "--against",
+            help="Instead: κ of the grader against this imported judge's graded qrels (--judgments-from NAME=FILE), "
+            "and of that judge against the manual judgments.",
+        ),
+    ] = None,
+    min_external: MinExternalOpt = 2,
+    min_rating: Annotated[
+        int | None,
+        typer.Option(
+            "--min-rating", min=0, max=1000, help="With --against: the grader's relevant labels (default 4; boolean 1)."
+        ),
+    ] = None,
     fmt: FormatOpt = "md",
 ) -> None:
     """Cohen's κ tables (GRADED, MERGE, LENIENT, STRICT) with their confusion counts."""
+    if against is not None:
+        judge_levels = (min_external, min_rating, min_judgment)
+        _external_agreement(collection, against, grader, model, prompt_class, judge_levels, fmt)
+        return
     from app.agreement import service
     from app.agreement.analysis import agreement_analysis, agreement_analysis_json, agreement_analysis_tables
     from app.agreement.calibration import calibration_tables, load_calibration
@@ -385,6 +648,37 @@ def agreement_command(
         typer.echo(json.dumps(service.agreement_json(tables), indent=1))
     else:
         typer.echo(render_tables([service.as_table(t) for t in tables], output), nl=False)
+
+
+def _external_agreement(
+    collection: str,
+    judge: str,
+    grader: int | None,
+    model: str | None,
+    prompt_class: str | None,
+    levels: tuple[int, int | None, int],
+    fmt: str,
+) -> None:
+    """``rubric agreement C --against NAME``: app/agreement/external.py; ``levels`` = (judge's, grader's, manual)."""
+    from app.agreement import external
+    from app.collections.service import get_collection
+
+    output = _format(fmt)
+    with _user_errors(), _session() as session:
+        target = get_collection(session, collection)
+        result = external.external_agreement(
+            session,
+            target,
+            external.resolve_judge(session, target, judge),
+            grader_id=_grader_id(session, target, grader, model, prompt_class),
+            min_external=levels[0],
+            min_rating=levels[1],
+            min_judgment=levels[2],
+        )
+    if output == "json":
+        typer.echo(json.dumps(external.external_agreement_json(result), indent=1))
+    else:
+        typer.echo(render_tables(external.external_agreement_tables(result), output), nl=False)
 
 
 @app.command("compare")
@@ -504,6 +798,8 @@ def verify_command(
     from app.oversight import service
 
     output = _format(fmt)
+    if collection == "bundle" and analysis != "grid" and analysis not in service.VIEWS:
+        _verify_bundle(Path(analysis))  # `rubric verify bundle PATH` (a collection "bundle" keeps its analyses)
     if analysis != "grid" and analysis not in service.VIEWS:
         _fail(f"unknown analysis {analysis!r}: use grading, bad-questions, uncovered, impact or grid")
     for name, value in (("--query", query), ("--item", item)):
@@ -538,6 +834,23 @@ def verify_command(
         typer.echo(json.dumps(shown.as_json(), indent=1, ensure_ascii=False))
     else:
         typer.echo(render_tables([shown.as_table(pager=page is not None)], output), nl=False)
+
+
+def _verify_bundle(path: Path) -> None:
+    """Check a bundle's hashes, import it into a scratch SQLite database and recompute its leaderboard.
+
+    Exit 0 when every member and the board check, 1 on a difference (named), 2 for an unreadable bundle.
+    """
+    from app.collections.bundle import verify_bundle
+
+    with _user_errors():
+        result = verify_bundle(path)
+    for problem in result.problems:
+        err.print(Text.assemble(("mismatch:", "bold red"), " ", problem), soft_wrap=True)
+    if not result.ok:
+        raise typer.Exit(1)
+    err.print(f"verified {path}: {result.members} members match their sha256; the leaderboard reproduces byte for byte")
+    raise typer.Exit(0)
 
 
 # Options of every command that runs an LLM (grade, generate); the bounds are the CLI's validation.

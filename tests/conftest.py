@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from sqlalchemy import Engine, create_engine, text
@@ -38,6 +39,14 @@ def dl19_dev() -> Path:
             pytest.fail(f"{message}: CI must run the tests that need the DL19 dev data")
         pytest.skip(f"{message} (tests that need the DL19 dev data are skipped)")
     return DL19_DEV
+
+
+@pytest.fixture(scope="session")
+def autojudge() -> ModuleType:
+    """``autojudge_base`` imported offline (tests/interop.py); fails in CI and skips elsewhere when not installed."""
+    from tests.interop import autojudge as import_autojudge
+
+    return import_autojudge()
 
 
 # -- PostgreSQL: a throwaway cluster started by the fixture ------------------------------------
@@ -325,10 +334,8 @@ def forget_process_caches() -> None:
 
     snapshot.clear()
     queue.clear()
-    with graders._cache_lock:
-        graders._cache.clear()
-    with leaderboards._manual_lock:
-        leaderboards._manual_cache.clear()
+    graders.clear()
+    leaderboards.clear()
 
 
 # -- Redis: a throwaway server on a loopback port --------------------------------------------
@@ -390,3 +397,53 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
     server.start()
     yield server
     server.stop()
+
+
+# -- dl19-dev seeded once per session and backend (H6) -----------------------------------------
+
+
+def _seeded_dev(backend: str, request: pytest.FixtureRequest) -> Seeded:
+    from tests.helpers import import_dev
+
+    dl19_dev: Path = request.getfixturevalue("dl19_dev")
+    directory = request.getfixturevalue("tmp_path_factory").mktemp(f"dev-seed-{backend}")
+    return build_seeded(
+        backend,
+        lambda db, monkeypatch: import_dev(dl19_dev),
+        directory,
+        request.getfixturevalue("sqlite_template"),
+        request.getfixturevalue("postgres_server"),
+        request.getfixturevalue("postgres_template"),
+    )
+
+
+@pytest.fixture(scope="session")
+def seeded_dev_sqlite(request: pytest.FixtureRequest) -> Seeded:
+    """``import_dev`` (collection ``dl19``, no official ranks) once per session: the import takes 3-6 s."""
+    return _seeded_dev("sqlite", request)
+
+
+@pytest.fixture(scope="session")
+def seeded_dev_postgresql(request: pytest.FixtureRequest) -> Seeded:
+    """``import_dev`` once per session on PostgreSQL, where the import takes 5-8 s."""
+    return _seeded_dev("postgresql", request)
+
+
+@pytest.fixture
+def dev_database(
+    database: Database, request: pytest.FixtureRequest, postgres_server: PostgresServer | None
+) -> Database:
+    """``database`` (each backend) holding a private copy of the session's dl19-dev import."""
+    seeded: Seeded = request.getfixturevalue(f"seeded_dev_{database.backend}")
+    restore_seeded(database, seeded, postgres_server)
+    return database
+
+
+@pytest.fixture
+def dev_sqlite_database(sqlite_db: Database, seeded_dev_sqlite: Seeded) -> Database:
+    """``sqlite_db`` holding a private copy of the session's dl19-dev import (tests that need one backend)."""
+    restore_seeded(sqlite_db, seeded_dev_sqlite, None)
+    return sqlite_db
+
+
+# -- end of the dl19-dev seeds (H6) ------------------------------------------------------------

@@ -11,11 +11,8 @@ from __future__ import annotations
 
 import json
 import re
-import sqlite3
 from collections.abc import Iterator
-from contextlib import closing
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -35,8 +32,8 @@ from app.leaderboards.service import load_evaluation_data
 from app.models import Grade, GradeOverride, Grader
 from app.rubrics.service import latest_version
 from app.web.main import create_app
-from tests.conftest import TEST_DATA, Database, PostgresServer, _postgres_database, _sqlite_copy, _use_database
-from tests.helpers import cli, import_dev
+from tests.conftest import TEST_DATA, Database, PostgresServer, Seeded, build_seeded, restore_seeded
+from tests.helpers import cli
 from tests.web.conftest import PASSWORDS, login
 
 OFFICIAL = TEST_DATA / "dl19_paper_official_ranks.json"
@@ -95,16 +92,15 @@ def _override_cells(db: Database, grader_id: int, n: int) -> None:
 
 @dataclass(frozen=True)
 class BuiltDev:
-    """dl19-dev imported once per module and backend: the database to copy, and what the tests look up."""
+    """This module's database, seeded once per backend: the seed to copy, and what the tests look up."""
 
-    backend: str
-    source: str  # the SQLite file, or the PostgreSQL database used as a template
+    seeded: Seeded
     ids: dict[str, int]
 
 
-def _seed_dev(db: Database, dl19_dev: Path) -> dict[str, int]:
-    """dl19-dev with its official ranks, a viewer, the imported grader, a twin grader and 6 overrides."""
-    import_dev(dl19_dev, "--official", OFFICIAL)
+def _seed_dev(db: Database) -> dict[str, int]:
+    """On a copy of dl19-dev: its official ranks, a viewer, a twin of the imported grader and 6 overrides."""
+    cli("import", "dl19", "--official", OFFICIAL)
     with session_scope() as session:
         create_user(session, "viewer", "viewer", PASSWORDS["viewer"])
     first, twin = twin_grader(db, "dl19")
@@ -115,52 +111,43 @@ def _seed_dev(db: Database, dl19_dev: Path) -> dict[str, int]:
         return {"first": first, "twin": twin, "version": version.number}
 
 
-@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def built_dev(
-    request: pytest.FixtureRequest,
-    dl19_dev: Path,
-    tmp_path_factory: pytest.TempPathFactory,
-    sqlite_template: Path,
-    postgres_server: PostgresServer | None,
-    postgres_template: str | None,
-) -> BuiltDev:
-    """The import takes 10-16 s (PostgreSQL): done once per backend here, each test gets a copy."""
-    backend = str(request.param)
-    if backend == "sqlite":
-        url = _sqlite_copy(tmp_path_factory.mktemp("dev"), sqlite_template)
-    else:
-        if postgres_server is None or postgres_template is None:
-            pytest.skip("PostgreSQL server binaries not installed (set RUBRIC_REQUIRE_POSTGRES=1 to make this fail)")
-        url = _postgres_database(postgres_server, postgres_template)
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        using = _use_database(url, backend, monkeypatch)
-        try:
-            ids = _seed_dev(next(using), dl19_dev)
-        finally:
-            next(using, None)  # disposes every engine: a template database must have no connection
-    return BuiltDev(backend, url.removeprefix("sqlite:///") if backend == "sqlite" else url.rsplit("/", 1)[1], ids)
+def _built_dev(backend: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> BuiltDev:
+    """The session's dl19-dev import (tests/conftest.py: ``seeded_dev_*``) plus ``_seed_dev``'s additions."""
+    dev_seed: Seeded = request.getfixturevalue(f"seeded_dev_{backend}")
+    postgres_server: PostgresServer | None = request.getfixturevalue("postgres_server")
+    ids: dict[str, int] = {}
+
+    def seed(db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+        restore_seeded(db, dev_seed, postgres_server)
+        ids.update(_seed_dev(db))
+
+    seeded = build_seeded(
+        backend,
+        seed,
+        tmp_path_factory.mktemp(f"analyses-{backend}"),
+        request.getfixturevalue("sqlite_template"),
+        postgres_server,
+        request.getfixturevalue("postgres_template"),
+    )
+    return BuiltDev(seeded, ids)
+
+
+@pytest.fixture(scope="module")
+def built_dev_sqlite(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> BuiltDev:
+    return _built_dev("sqlite", request, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def built_dev_postgresql(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> BuiltDev:
+    return _built_dev("postgresql", request, tmp_path_factory)
 
 
 @pytest.fixture
-def database(
-    built_dev: BuiltDev, tmp_path: Path, postgres_server: PostgresServer | None, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Database]:
-    """A private copy of the module's dl19 database: what one test writes, no other test sees."""
-    if built_dev.backend == "sqlite":
-        path = tmp_path / "rubric.sqlite"
-        with closing(sqlite3.connect(built_dev.source)) as source, closing(sqlite3.connect(path)) as target:
-            source.backup(target)  # WAL-safe, unlike a file copy
-        url = f"sqlite:///{path}"
-    else:
-        assert postgres_server is not None
-        url = _postgres_database(postgres_server, built_dev.source)
-    yield from _use_database(url, built_dev.backend, monkeypatch)
-
-
-@pytest.fixture
-def dev(database: Database, built_dev: BuiltDev) -> dict[str, int]:
-    """dl19-dev with its official ranks, a viewer, the imported grader, a twin grader and 6 overrides."""
-    return dict(built_dev.ids)
+def dev(database: Database, request: pytest.FixtureRequest, postgres_server: PostgresServer | None) -> dict[str, int]:
+    """``database`` holding a private copy of the module's seed: what one test writes, no other test sees."""
+    built: BuiltDev = request.getfixturevalue(f"built_dev_{database.backend}")
+    restore_seeded(database, built.seeded, postgres_server)
+    return dict(built.ids)
 
 
 @pytest.fixture

@@ -1,4 +1,7 @@
-"""The CLI contract of leaderboard, export qrels, agreement and verify, on the DL19 dev data."""
+"""The CLI contract of leaderboard, export qrels, agreement and verify, on the DL19 dev data.
+
+Each test reads a private copy of the session's dl19-dev import (``dev_database``, tests/conftest.py).
+"""
 
 from __future__ import annotations
 
@@ -8,15 +11,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import TEST_DATA, Database
-from tests.helpers import cli, import_dev, interchange_records
+from tests.helpers import cli, interchange_records
 
 OFFICIAL = TEST_DATA / "dl19_paper_official_ranks.json"
-
-
-@pytest.fixture
-def dev_db(database: Database, dl19_dev: Path) -> Database:
-    import_dev(dl19_dev)
-    return database
 
 
 def _max_ratings(dl19_dev: Path) -> dict[tuple[str, str], int]:
@@ -27,7 +24,7 @@ def _max_ratings(dl19_dev: Path) -> dict[tuple[str, str], int]:
     }
 
 
-def test_leaderboard_json_contract(dev_db: Database, dl19_dev: Path) -> None:
+def test_leaderboard_json_contract(dev_database: Database, dl19_dev: Path) -> None:
     out = cli(
         "leaderboard",
         "dl19",
@@ -59,7 +56,7 @@ def test_leaderboard_json_contract(dev_db: Database, dl19_dev: Path) -> None:
     assert correlation["n_systems"] == 33  # UNH_exDL_bm25 and the 3 unranked runs are left out
 
 
-def test_p20_by_hand_on_one_system(dev_db: Database, dl19_dev: Path) -> None:
+def test_p20_by_hand_on_one_system(dev_database: Database, dl19_dev: Path) -> None:
     labels = _max_ratings(dl19_dev)
     per_query: dict[str, int] = {}
     for q, paragraphs in interchange_records(dl19_dev / "passages-graded.jsonl.gz"):
@@ -73,14 +70,14 @@ def test_p20_by_hand_on_one_system(dev_db: Database, dl19_dev: Path) -> None:
     assert board["correlation"] is None
 
 
-def test_cover_leaderboard_has_overall_row_and_tables(dev_db: Database) -> None:
+def test_cover_leaderboard_has_overall_row_and_tables(dev_database: Database) -> None:
     board = json.loads(cli("leaderboard", "dl19", "--measure", "cover", "--min-rating", "3", "--format", "json"))
     assert board["systems"][0]["system"] == "_overall_"
     for fmt, marker in [("tsv", "system\tn-cover"), ("md", "| system |"), ("latex", "\\begin{tabular}")]:
         assert marker in cli("leaderboard", "dl19", "--measure", "n-cover", "--min-rating", "3", "--format", fmt)
 
 
-def test_per_query_correlation_against_manual_judgments(dev_db: Database) -> None:
+def test_per_query_correlation_against_manual_judgments(dev_database: Database) -> None:
     board = json.loads(
         cli(
             "leaderboard",
@@ -97,14 +94,14 @@ def test_per_query_correlation_against_manual_judgments(dev_db: Database) -> Non
     assert len(board["per_query_correlation"]) == 10
 
 
-def test_missing_official_system_is_a_clear_error(dev_db: Database, tmp_path: Path) -> None:
+def test_missing_official_system_is_a_clear_error(dev_database: Database, tmp_path: Path) -> None:
     official = tmp_path / "official.json"
     official.write_text(json.dumps({"p_bert": 1, "no_such_run": 2}))
     message = cli("leaderboard", "dl19", "--measure", "P@20", "--official", official, expect=2)
     assert "no_such_run" in message
 
 
-def test_export_qrels_lists_every_graded_passage(dev_db: Database, dl19_dev: Path, tmp_path: Path) -> None:
+def test_export_qrels_lists_every_graded_passage(dev_database: Database, dl19_dev: Path, tmp_path: Path) -> None:
     out = tmp_path / "exam.qrels"
     cli("export", "qrels", "dl19", "--out", out, "--label", "max")
     lines = out.read_text().splitlines()
@@ -115,7 +112,7 @@ def test_export_qrels_lists_every_graded_passage(dev_db: Database, dl19_dev: Pat
         assert zero == "0" and int(grade) == labels[(query_id, passage_id)]
 
 
-def test_agreement_json_counts_are_consistent(dev_db: Database) -> None:
+def test_agreement_json_counts_are_consistent(dev_database: Database) -> None:
     tables = json.loads(cli("agreement", "dl19", "--min-answers", "2", "--min-judgment", "2", "--format", "json"))
     assert [t["table"] for t in tables] == ["GRADED", "MERGE", "LENIENT", "STRICT"]
     strict = tables[3]
@@ -126,7 +123,7 @@ def test_agreement_json_counts_are_consistent(dev_db: Database) -> None:
     assert "kappa" in cli("agreement", "dl19", "--format", "latex")
 
 
-def test_verify_analyses(dev_db: Database) -> None:
+def test_verify_analyses(dev_database: Database) -> None:
     bad = cli("verify", "dl19", "bad-questions", "--min-judgment", "1", "--min-rating", "4")
     assert bad.splitlines()[0] == "query\titem\tcount\titem_text"
     assert len(bad.splitlines()) > 1

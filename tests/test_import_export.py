@@ -43,10 +43,10 @@ def grade_snapshot(db: Database) -> list[tuple]:
         )
 
 
-def test_import_counts_and_idempotency(database: Database, dl19_dev: Path) -> None:
-    import_dev(dl19_dev, "--official", TEST_DATA / "dl19_paper_official_ranks.json")
-    counts = table_counts(database)
-    assert counts == {
+def test_import_counts_and_idempotency(dev_database: Database, dl19_dev: Path) -> None:
+    """The session's import (``seeded_dev_*``: every dev file but the official ranks) has the expected
+    rows; importing every file again, the ranks now with them, adds the ranks and changes no grade."""
+    counts = {
         "query": 10,
         "passage": 2187,
         "pool_entry": 2187,
@@ -56,16 +56,20 @@ def test_import_counts_and_idempotency(database: Database, dl19_dev: Path) -> No
         "grade": 21870,
         "bank_item": 100,
         "rubric_version": 1,
-        "official_rank": 33,
+        "official_rank": 0,
     }
-    before = grade_snapshot(database)
-    import_dev(dl19_dev, "--official", TEST_DATA / "dl19_paper_official_ranks.json")
-    assert table_counts(database) == counts
-    assert grade_snapshot(database) == before
+    assert table_counts(dev_database) == counts
+    before = grade_snapshot(dev_database)
+    official = TEST_DATA / "dl19_paper_official_ranks.json"
+    import_dev(dl19_dev, "--official", official)
+    counts["official_rank"] = 33
+    assert table_counts(dev_database) == counts
+    assert grade_snapshot(dev_database) == before
+    cli("import", "dl19", "--official", official)
+    assert table_counts(dev_database) == counts
 
 
-def test_interchange_round_trip_is_lossless(database: Database, dl19_dev: Path, tmp_path: Path) -> None:
-    import_dev(dl19_dev)
+def test_interchange_round_trip_is_lossless(dev_database: Database, dl19_dev: Path, tmp_path: Path) -> None:
     out = tmp_path / "export.jsonl.gz"
     cli("export", "passages", "dl19", "--out", out)
     original = list(interchange_records(dl19_dev / "passages-graded.jsonl.gz"))
@@ -77,8 +81,7 @@ def test_interchange_round_trip_is_lossless(database: Database, dl19_dev: Path, 
     assert list(interchange_records(tmp_path / "again.jsonl")) == original
 
 
-def test_runs_and_qrels_round_trip(database: Database, dl19_dev: Path, tmp_path: Path) -> None:
-    import_dev(dl19_dev)
+def test_runs_and_qrels_round_trip(dev_database: Database, dl19_dev: Path, tmp_path: Path) -> None:
     cli("export", "runs", "dl19", "--out", tmp_path / "runs")
     run_files = sorted((tmp_path / "runs").glob("*.run"))
     assert len(run_files) == 37
@@ -89,7 +92,7 @@ def test_runs_and_qrels_round_trip(database: Database, dl19_dev: Path, tmp_path:
             lines.append(f"{query_id} 0 {p['paragraph_id']} {p['paragraph_data']['judgments'][0]['relevance']}\n")
     qrels.write_text("".join(lines))
     cli("import", "trec", "--queries", dl19_dev / "queries.json", "--runs", tmp_path / "runs", "--qrels", qrels)
-    with database.session() as session:
+    with dev_database.session() as session:
         trec = session.scalar(select(func.count()).select_from(RankingEntry).join(System).where(System.name != ""))
     assert trec == 2 * 6681
     a = cli("leaderboard", "dl19", "--measure", "P@20", "--min-rating", "3", "--format", "json")
@@ -107,23 +110,21 @@ def _error_keeps_database(db: Database, args: list[str], *expected: str) -> None
     assert table_counts(db) == before
 
 
-def test_truncated_gzip(database: Database, dl19_dev: Path, tmp_path: Path) -> None:
-    import_dev(dl19_dev)
+def test_truncated_gzip(dev_database: Database, dl19_dev: Path, tmp_path: Path) -> None:
     data = (dl19_dev / "passages-graded.jsonl.gz").read_bytes()
     broken = tmp_path / "broken.jsonl.gz"
     broken.write_bytes(data[: len(data) // 2])
     _error_keeps_database(
-        database, ["import", "dl19", "--passages", str(broken)], "broken.jsonl.gz", "line", "truncated"
+        dev_database, ["import", "dl19", "--passages", str(broken)], "broken.jsonl.gz", "line", "truncated"
     )
 
 
-def test_wrong_type_names_file_line_and_field(database: Database, dl19_dev: Path, tmp_path: Path) -> None:
-    import_dev(dl19_dev)
+def test_wrong_type_names_file_line_and_field(dev_database: Database, dl19_dev: Path, tmp_path: Path) -> None:
     records = list(interchange_records(dl19_dev / "passages-graded.jsonl.gz"))[:3]
     records[2][1][5]["paragraph_data"]["rankings"][0]["rank"] = "first"
     bad = write_jsonl(tmp_path / "bad.jsonl", records)
     _error_keeps_database(
-        database, ["import", "dl19", "--passages", str(bad)], "bad.jsonl, line 3", "paragraph_data.rankings[0].rank"
+        dev_database, ["import", "dl19", "--passages", str(bad)], "bad.jsonl, line 3", "paragraph_data.rankings[0].rank"
     )
 
 

@@ -132,3 +132,34 @@ def test_0007_keeps_every_grade_and_rebuilds_each_identity(database: Database, t
         import_interchange(session, get_collection(session, "c"), _interchange(tmp_path))
         session.commit()
         assert session.scalar(select(func.count()).select_from(Grader)) == 4
+
+
+def test_0009_keeps_bank_items_and_their_hashes_and_drops_its_tables(database: Database, tmp_path: Path) -> None:
+    from app.models import BankItem, Citation, ExternalJudgment, Passage, PoolEntry, RubricVersion
+    from app.rubrics.service import import_banks
+
+    bank = write_jsonl(tmp_path / "bank.jsonl", [{"query_id": "q1", "items": [{"question_text": "When?"}]}])
+    with database.session() as session:
+        collection = ensure_collection(session, "c")
+        import_interchange(session, collection, _interchange(tmp_path))
+        import_banks(session, collection, [bank])
+        session.commit()
+    downgrade(database.url, "0008")
+    upgrade(database.url)
+    with database.session() as session:
+        collection = get_collection(session, "c")
+        item = session.scalars(select(BankItem)).one()
+        assert (item.importance, item.weight, item.structure, item.provenance) == (None, None, None, None)
+        import_banks(session, collection, [bank])  # the same item: same hash, no new version
+        assert session.scalar(select(func.count()).select_from(RubricVersion)) == 1
+        entry, passage = session.execute(select(PoolEntry.id, PoolEntry.passage_pk)).one()
+        session.add(Citation(collection_id=collection.id, passage_pk=passage, doc_id="d1", position=0))
+        session.add(ExternalJudgment(collection_id=collection.id, pool_entry_pk=entry, source="umbrela", relevance=3))
+        session.commit()
+    downgrade(database.url, "0008")
+    with database.engine.connect() as connection:
+        assert connection.execute(text("SELECT count(*) FROM bank_item")).scalar_one() == 1
+    upgrade(database.url)
+    with database.session() as session:
+        assert session.scalar(select(func.count()).select_from(Citation)) == 0
+        assert session.scalar(select(func.count()).select_from(Passage)) == 1

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,25 +30,24 @@ from app.oversight.service import CLI_ANALYSES, PER_PAGE, RowFilter, Thresholds,
 from app.rubrics.service import latest_version
 from app.web.main import create_app
 from tests.conftest import Database
-from tests.helpers import cli, import_dev, oversight_rows
+from tests.helpers import cli, oversight_rows
 from tests.web.conftest import PASSWORDS, login
 
 
 @pytest.fixture
-def dev_db(database: Database, dl19_dev: Path) -> Database:
-    import_dev(dl19_dev)
+def dev_db(dev_database: Database) -> Database:
+    """A private copy of the session's dl19-dev import (tests/conftest.py), on each backend, and a viewer."""
     with session_scope() as session:
         create_user(session, "viewer", "viewer", PASSWORDS["viewer"])
-    return database
+    return dev_database
 
 
 @pytest.fixture
-def dev_sqlite(sqlite_db: Database, dl19_dev: Path) -> Database:
+def dev_sqlite(dev_sqlite_database: Database) -> Database:
     """dl19-dev on SQLite only: for the tests that read through the same queries as those run on both."""
-    import_dev(dl19_dev)
     with session_scope() as session:
         create_user(session, "viewer", "viewer", PASSWORDS["viewer"])
-    return sqlite_db
+    return dev_sqlite_database
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import math
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,7 +19,7 @@ from app.db import session_scope
 from app.evaluation.correlation import QueryCorrelation, Undefined, per_query_correlation, rank_correlation
 from app.web.main import create_app
 from tests.conftest import Database
-from tests.helpers import cli, import_dev
+from tests.helpers import cli
 from tests.web.conftest import login
 
 BINARY_MEASURES = ("P@20", "MAP", "RR", "R-prec")
@@ -63,9 +62,9 @@ def test_defined_query_keeps_the_rank_correlation() -> None:
 
 
 @pytest.fixture
-def dev_db(database: Database, dl19_dev: Path) -> Database:
-    import_dev(dl19_dev)
-    return database
+def dev_db(dev_database: Database) -> Database:
+    """A private copy of the session's dl19-dev import (tests/conftest.py), on each backend."""
+    return dev_database
 
 
 def _cli_board(measure: str, *extra: str) -> dict[str, Any]:

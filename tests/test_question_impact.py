@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 from scipy.stats import kendalltau
@@ -14,18 +13,13 @@ from app.evaluation.cover import OVERALL
 from app.leaderboards.service import EvaluationData, LeaderboardRequest, load_evaluation_data, score_systems
 from app.oversight.impact import question_impact
 from tests.conftest import Database
-from tests.grading.conftest import import_sample
-from tests.helpers import import_dev
-from tests.jobs.helpers import launch, wait_job
+from tests.web.conftest import web_db  # noqa: F401  (the session's graded sample, copied per test)
 
 
 @pytest.fixture
-def sample_db(sqlite_db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Database:
-    """The sample collection, graded by the default grader (the embedded worker)."""
-    monkeypatch.delenv("RUBRIC_REDIS_URL", raising=False)
-    import_sample(tmp_path)
-    wait_job(sqlite_db, launch(sqlite_db))
-    return sqlite_db
+def sample_db(web_db: Database) -> Database:  # noqa: F811
+    """The sample collection, graded by the default grader (the embedded worker): a copy of the session's."""
+    return web_db
 
 
 def _oracle(data: EvaluationData, request: LeaderboardRequest, query_id: str | None) -> dict[tuple[str, str], float]:
@@ -65,8 +59,7 @@ def test_impact_on_the_sample_equals_a_full_recompute(sample_db: Database, measu
     assert _check(data, LeaderboardRequest(measure=measure, min_rating=min_rating, bootstrap_samples=0)) > 0
 
 
-def test_impact_on_dl19_dev_equals_a_full_recompute(database: Database, dl19_dev: Path) -> None:
-    import_dev(dl19_dev)
+def test_impact_on_dl19_dev_equals_a_full_recompute(dev_database: Database) -> None:
     with session_scope() as session:
         data = load_evaluation_data(session, ensure_collection(session, "dl19"), model=None, prompt_class=None)
     request = LeaderboardRequest(measure="cover", min_rating=4, bootstrap_samples=0)
@@ -74,8 +67,7 @@ def test_impact_on_dl19_dev_equals_a_full_recompute(database: Database, dl19_dev
         assert _check(data, request, query_id) > 0
 
 
-def test_score_changes_are_the_moved_systems(sqlite_db: Database, dl19_dev: Path) -> None:
-    import_dev(dl19_dev)
+def test_score_changes_are_the_moved_systems(dev_sqlite_database: Database) -> None:
     with session_scope() as session:
         data = load_evaluation_data(session, ensure_collection(session, "dl19"), model=None, prompt_class=None)
     request = LeaderboardRequest(measure="cover", min_rating=4, bootstrap_samples=0)

@@ -111,6 +111,12 @@ def grader_coverage(session: Session, collection: Collection) -> list[GraderCove
     return list(cached)
 
 
+def clear() -> None:
+    """Forget every cached coverage (a test's database copy reuses the seed's ids and revisions)."""
+    with _cache_lock:
+        _cache.clear()
+
+
 def _coverage(session: Session, collection: Collection, version: RubricVersion | None) -> tuple[GraderCoverage, ...]:
     rubric_cells, entry_count, query_count = _totals(session, collection)
     statement = (

@@ -7,8 +7,9 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
-from app.collections import service
+from app.collections import autojudge, service
 from app.collections.errors import ImportFormatError
+from app.collections.nuggets_io import import_nuggets
 from app.collections.readers import read_run
 from app.collections.responses import import_responses
 from app.db import session_scope
@@ -25,23 +26,35 @@ class ImportFiles:
     qrels: list[Path] = field(default_factory=list)
     official: list[Path] = field(default_factory=list)
     responses: list[Path] = field(default_factory=list)
+    # TREC RAG / AutoJudge (docs/formats.md)
+    requests: list[Path] = field(default_factory=list)
+    nuggets: list[Path] = field(default_factory=list)
+    reports: list[Path] = field(default_factory=list)
+    # (judge, graded qrels); set after construction, so that every init field is a list of paths
+    judgments_from: list[tuple[str, Path]] = field(default_factory=list, init=False)
 
 
 def import_files(
     session: Session, collection: Collection, files: ImportFiles, progress: service.Progress = service.no_progress
 ) -> dict[str, int]:
-    """Queries, passages, banks, runs, qrels, the official ranking, then responses; rows written per kind.
+    """Queries, requests, passages, banks, nuggets, runs, reports, qrels, other judges' qrels, the official
+    ranking, then responses; rows written per kind.
 
     The caller owns the transaction: any error leaves it to be rolled back whole. Each run file
     must carry its own run tag (the system's name), or two runs would silently merge into one.
     """
     _check_distinct_run_tags(files.runs)
     reports = [service.import_queries(session, collection, p) for p in files.queries]
+    reports += [autojudge.import_requests(session, collection, p) for p in files.requests]
     reports += [service.import_interchange(session, collection, p, progress) for p in files.passages]
     if files.bank:
         reports.append(import_banks(session, collection, files.bank))
+    if files.nuggets:
+        reports.append(import_nuggets(session, collection, files.nuggets))
     reports += [service.import_run(session, collection, p, progress) for p in files.runs]
+    reports += [autojudge.import_reports(session, collection, p) for p in files.reports]  # systems, like runs
     reports += [service.import_qrels(session, collection, p) for p in files.qrels]
+    reports += [autojudge.import_judgments_from(session, collection, j, p) for j, p in files.judgments_from]
     reports += [service.import_official(session, collection, p) for p in files.official]
     reports += [import_responses(session, collection, p) for p in files.responses]
     totals = service.ImportReport()

@@ -35,6 +35,10 @@ DEFAULT_MODELS: dict[str, str] = {
 }
 
 
+# the similarity grader compares the passage with the query (direct), a nugget, or else a question
+SIMILARITY_PROMPT_TYPES = {"DirectSimilarity": "direct_grading", "NuggetSimilarity": "nugget"}
+
+
 @dataclass(frozen=True)
 class GraderSpec:
     """Everything that picks and configures a grader; JSON-serialisable (jobs store it as a parameter)."""
@@ -82,8 +86,8 @@ class GraderSpec:
 
     @property
     def prompt_type(self) -> str:
-        if self.backend == "similarity":
-            return "direct_grading" if self.prompt_class == "DirectSimilarity" else "question"
+        if self.backend == "similarity":  # its prompt class names only what it compares the passage with
+            return SIMILARITY_PROMPT_TYPES.get(self.prompt_class, "question")
         return str(self._prompt().prompt_type)
 
     def _prompt(self) -> PromptClass:

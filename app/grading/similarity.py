@@ -52,7 +52,7 @@ class SimilarityGrader:
 
     @property
     def prompt_class(self) -> str:
-        return "DirectSimilarity" if self.prompt_type == "direct_grading" else "Similarity"
+        return {"direct_grading": "DirectSimilarity", "nugget": "NuggetSimilarity"}.get(self.prompt_type, "Similarity")
 
     def _template_hash(self) -> str:
         return hashlib.sha256(json.dumps([self.prompt_class, COSINE_FLOOR, COSINE_SPAN]).encode()).hexdigest()

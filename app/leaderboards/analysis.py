@@ -32,6 +32,7 @@ from app.evaluation.significance import (
 from app.evaluation.types import Leaderboard, SystemScore
 from app.leaderboards import params
 from app.leaderboards.measures import TrecMeasure
+from app.leaderboards.ppi import PPIBoard, ppi_board, ppi_json
 from app.leaderboards.service import (
     LeaderboardRequest,
     PerQueryCorrelation,
@@ -48,6 +49,9 @@ OVERALL_EXPLANATION = {
     "pool, at the threshold), averaged over queries: the ceiling a system could reach.",
     "n-cover": "n-Cover's denominator is what the whole pool covers, so the pool itself scores 1 on every "
     "query: the ceiling.",
+    "cover-weighted": "the weight share of each query's items that any pooled passage covers (vital 1, okay "
+    "0.5 unless an item has its own weight), averaged over queries: the ceiling a system could reach.",
+    "n-cover-weighted": "the pool covers all it covers, so it scores 1 on every query: the ceiling.",
 }
 SCORE_DECIMALS = 3  # the precision the board prints, and at which systems tie
 
@@ -84,6 +88,7 @@ class LeaderboardAnalysis:
     ranked: tuple[RankedSystem, ...] = ()
     overall: SystemScore | None = None
     significance: Significance | None = None
+    ppi: PPIBoard | None = None  # prediction-powered Cover and P@k (app/leaderboards/ppi.py), when asked for
 
 
 def competition_ranks(board: Leaderboard, decimals: int = SCORE_DECIMALS) -> tuple[RankedSystem, ...]:
@@ -107,8 +112,12 @@ def leaderboard_analysis(
     per_query_level: int | None = None,
     significance: bool = False,
     trials: int = DEFAULT_TRIALS,
+    ppi: bool = False,
 ) -> LeaderboardAnalysis:
     """The leaderboard of ``request`` against ``official`` (default: the imported official ranks).
+
+    With ``ppi``, the prediction-powered Cover and P@k of the same settings from the judges' uniform
+    sample (app/leaderboards/ppi.py), systems in the board's order.
 
     With ``per_query_level`` and a trec measure, also the per-query correlation against the manual
     judgments at that relevance level; Cover has no manual counterpart and gets none. With
@@ -133,7 +142,10 @@ def leaderboard_analysis(
     if significance:
         params.bounded("trials", trials, params.TRIALS)
         tests = board_significance(board, ranked, trials=trials, seed=request.bootstrap_seed)
-    return LeaderboardAnalysis(request, data.grader, board, predicted_ranks(board), per_query, ranked, overall, tests)
+    ppi_result = ppi_board(session, collection, request, order=[r.system for r in ranked]) if ppi else None
+    return LeaderboardAnalysis(
+        request, data.grader, board, predicted_ranks(board), per_query, ranked, overall, tests, ppi_result
+    )
 
 
 MAX_SIGNIFICANCE_CACHED = 64
@@ -177,6 +189,8 @@ def leaderboard_analysis_json(analysis: LeaderboardAnalysis) -> dict[str, Any]:
     result["ranks"] = {r.system: {"rank": r.rank, "tied": r.tied, "n_queries": r.n_queries} for r in analysis.ranked}
     if analysis.significance is not None:
         result["significance"] = significance_json(analysis.significance)
+    if analysis.ppi is not None:
+        result["ppi"] = ppi_json(analysis.ppi)
     return result
 
 

@@ -55,7 +55,59 @@ class TrecMeasure:
         return self.name
 
 
-Measure = Cover | TrecMeasure
+@dataclass(frozen=True, slots=True)
+class WeightedCover:
+    """Cover where each item counts with its importance weight (app/evaluation/nuggets.py:weighted_cover_table)."""
+
+    normalized: bool = False
+
+    @property
+    def name(self) -> str:
+        return "n-cover-weighted" if self.normalized else "cover-weighted"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+NUGGET_SUBSETS = ("all", "vital", "weighted")
+MAX_SUPPORT_RATING = 5
+
+
+@dataclass(frozen=True, slots=True)
+class NuggetScore:
+    """An AutoNuggetizer score (app/evaluation/nuggets.py): All, Vital or Weighted, strict or not.
+
+    ``support``/``partial`` are the self-rating scale's cuts (a rating ≥ support supports the
+    nugget, ≥ partial supports it partially); a non-default scale is part of the name:
+    ``nugget-vital(support=5,partial=3)``.
+    """
+
+    subset: str
+    strict: bool = False
+    support: int = 4
+    partial: int = 3
+
+    def __post_init__(self) -> None:
+        if self.subset not in NUGGET_SUBSETS:
+            raise Invalid(f"nugget score must be one of {', '.join(NUGGET_SUBSETS)}, got {self.subset!r}")
+        if not 0 <= self.partial <= self.support <= MAX_SUPPORT_RATING:
+            raise Invalid(
+                f"the support scale needs 0 ≤ partial ≤ support ≤ {MAX_SUPPORT_RATING}, "
+                f"got support={self.support}, partial={self.partial}"
+            )
+
+    @property
+    def name(self) -> str:
+        base = f"nugget-{'strict-' if self.strict else ''}{self.subset}"
+        if (self.support, self.partial) == (4, 3):
+            return base
+        return f"{base}(support={self.support},partial={self.partial})"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+Measure = Cover | TrecMeasure | WeightedCover | NuggetScore
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +124,15 @@ class Family:
 FAMILIES: tuple[Family, ...] = (
     Family("cover", ("cover",), "cover", "share of a query's items covered in a system's top k", False),
     Family("n-cover", ("n-cover",), "n-cover", "Cover over the items any system covers", False),
+    Family("cover-weighted", ("cover-weighted",), "cover-weighted", "Cover, each item counted by its weight", False),
+    Family("n-cover-weighted", ("n-cover-weighted",), "n-cover-weighted", "n-Cover with item weights", False),
+    Family(
+        "nugget-all",
+        ("nugget-all", "nugget-vital", "nugget-weighted"),
+        "nugget-[strict-]all|vital|weighted[(support=S,partial=P)]",
+        "AutoNuggetizer score of the top-k response (partial support 0.5; strict: 0)",
+        False,
+    ),
     Family("P", ("p", "precision"), "P@k", "precision at k", True),
     Family("Recall", ("recall", "r"), "Recall@k", "recall at k", True),
     Family("MAP", ("map", "ap"), "MAP", "mean average precision", True),
@@ -88,9 +149,17 @@ MENU: tuple[Measure, ...] = (
     TrecMeasure("RR"),
     TrecMeasure("R-prec"),
     TrecMeasure("Recall@100"),
+    NuggetScore("all"),
+    NuggetScore("vital"),
+    NuggetScore("vital", strict=True),
+    NuggetScore("weighted"),
+    WeightedCover(False),
 )
 DEFAULT: Measure = Cover(False)
 _ALIASES = {alias: family for family in FAMILIES for alias in family.aliases}
+_NUGGET = re.compile(
+    r"^nugget-(?P<strict>strict-)?(?P<subset>all|vital|weighted)(?:\(support=(?P<support>\d),partial=(?P<partial>\d)\))?$"
+)
 _NAME = re.compile(r"^(?P<name>[A-Za-z_\-]+?)(?:[@._](?P<k>\d{1,6}))?$")
 
 
@@ -108,7 +177,7 @@ def parse(text: str | Measure, *, min_rating: int | None = None) -> Measure:
     A trec measure is parsed once here (app/evaluation/trec.py, which bounds its cut-off and
     parameters) at ``min_rating``, so a bad name or level is refused at the boundary.
     """
-    measure = text if isinstance(text, Cover | TrecMeasure) else _named(text)
+    measure = text if isinstance(text, Cover | TrecMeasure | WeightedCover | NuggetScore) else _named(text)
     if isinstance(measure, TrecMeasure):
         measure.at(min_rating)  # validation: raises Invalid for an unknown name or an unbounded parameter
     return measure
@@ -120,6 +189,12 @@ def _named(text: str) -> Measure:
     key = text.strip().lower()
     if key in ("cover", "n-cover"):
         return Cover(normalized=key == "n-cover")
+    if key in ("cover-weighted", "n-cover-weighted"):
+        return WeightedCover(normalized=key == "n-cover-weighted")
+    nugget = _NUGGET.match(key)
+    if nugget:
+        scale = (int(nugget["support"]), int(nugget["partial"])) if nugget["support"] else (4, 3)
+        return NuggetScore(nugget["subset"], strict=bool(nugget["strict"]), support=scale[0], partial=scale[1])
     match = _NAME.match(text.strip())
     family = _ALIASES.get(match["name"].lower()) if match else None
     if match and family is not None and family.takes_cutoff:

@@ -7,7 +7,7 @@ import math
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import ir_measures
@@ -22,12 +22,21 @@ from app.evaluation.correlation import QueryCorrelation, per_query_correlation, 
 from app.evaluation.cover import OVERALL, cover_scores_of, cover_table
 from app.evaluation.formatting import Table, nan_to_none, reference_round, trec_eval_round
 from app.evaluation.frame import GradeFrame, RankingFrame
+from app.evaluation.nuggets import (
+    Importances,
+    Subset,
+    SupportScale,
+    nugget_scores_of,
+    nugget_table,
+    weighted_cover_table,
+)
 from app.evaluation.qrels import LabelRule, frame_qrels
 from app.evaluation.stats import bootstrap_ci
 from app.evaluation.trec import per_query_values, top_depth, trec_scores
 from app.evaluation.types import Correlation, GradedPool, Leaderboard, Qrels, SystemScore
 from app.leaderboards import measures, params
-from app.leaderboards.measures import Cover, Measure, TrecMeasure
+from app.leaderboards.importance import item_importances
+from app.leaderboards.measures import Cover, Measure, NuggetScore, TrecMeasure, WeightedCover
 from app.models import Collection
 from app.review.flags import flagged_ids
 from app.rubrics.service import latest_version, version_by_number
@@ -112,6 +121,8 @@ class EvaluationData:
     ranking: RankingFrame
     pool: queries.PoolKeys
     structure_token: str = ""  # the snapshot's: which pool and rankings these frames are ("" = unknown)
+    # item id → importance, read only for the measures that weigh items (nugget scores, cover-weighted)
+    importances: Importances = field(default_factory=dict)
 
     @property
     def graded(self) -> GradedPool:
@@ -185,19 +196,37 @@ def score_systems(data: EvaluationData, request: LeaderboardRequest) -> list[Sys
     if isinstance(request.measure, Cover):
         table = cover_table(data.grades, data.ranking, min_rating=request.min_rating, top_k=request.top_k)
         return cover_scores_of(table, normalized=request.measure.normalized)
+    if isinstance(request.measure, WeightedCover):
+        weighted = weighted_cover_table(
+            data.grades, data.ranking, data.importances, min_rating=request.min_rating, top_k=request.top_k
+        )
+        return cover_scores_of(weighted, normalized=request.measure.normalized)
+    if isinstance(request.measure, NuggetScore):
+        nugget = request.measure
+        per_query = nugget_table(
+            data.grades,
+            data.ranking,
+            data.importances,
+            subset=Subset(nugget.subset),
+            strict=nugget.strict,
+            scale=SupportScale(nugget.support, nugget.partial),
+            top_k=request.top_k,
+        )
+        return nugget_scores_of(per_query)
     measure = request.measure.at(request.min_rating)
     return trec_scores(qrels_for(data, request), data.ranking.runs(top_depth(measure)), measure)
 
 
 def _correlation_score(score: SystemScore, request: LeaderboardRequest) -> float:
     # The reference correlates the 4-decimal values trec_eval printed, not the exact means.
-    return trec_eval_round(score.score) if request.reference_rounding and not request.is_cover else score.score
+    is_trec = isinstance(request.measure, TrecMeasure)
+    return trec_eval_round(score.score) if request.reference_rounding and is_trec else score.score
 
 
 def _display_score(score: SystemScore, request: LeaderboardRequest) -> float:
     if not request.reference_rounding:
         return score.score
-    if request.is_cover:
+    if not isinstance(request.measure, TrecMeasure):  # Cover's 3 decimals for every non-trec measure
         return round(score.score, 3)
     return reference_round(score.score)
 
@@ -247,8 +276,12 @@ def build_leaderboard(
 
 
 def evaluation_data(session: Session, collection: Collection, request: LeaderboardRequest) -> EvaluationData:
-    """The grades, rankings and pool that ``request`` selects (grader, rubric version, overrides)."""
-    return load_evaluation_data(
+    """The grades, rankings and pool that ``request`` selects (grader, rubric version, overrides).
+
+    The items' importances are read only for a measure that weighs items, from the requested
+    rubric version (else the newest published one).
+    """
+    data = load_evaluation_data(
         session,
         collection,
         rubric_version=request.rubric_version,
@@ -256,6 +289,9 @@ def evaluation_data(session: Session, collection: Collection, request: Leaderboa
         exclude_flagged=request.exclude_flagged,
         grader_id=request.grader_id,
     )
+    if isinstance(request.measure, NuggetScore | WeightedCover):
+        data = replace(data, importances=item_importances(session, collection, request.rubric_version))
+    return data
 
 
 def _grader_by_id(graders: list[GraderRef], grader_id: int) -> GraderRef:
@@ -350,6 +386,12 @@ def _manual_values(
         while len(_manual_cache) > MAX_MANUAL_CACHED:
             _manual_cache.popitem(last=False)
     return values
+
+
+def clear() -> None:
+    """Forget every cached manual per-query table (a test's database copy reuses the seed's tokens)."""
+    with _manual_lock:
+        _manual_cache.clear()
 
 
 def predicted_ranks(board: Leaderboard) -> dict[str, float]:

@@ -3,7 +3,9 @@
 from app.models.auth import AuthSession, LoginThrottle
 from app.models.base import Base
 from app.models.collection import (
+    Citation,
     Collection,
+    ExternalJudgment,
     Judgment,
     OfficialRank,
     Passage,
@@ -23,7 +25,9 @@ __all__ = [
     "DIRECT_ITEM",
     "BankItem",
     "Base",
+    "Citation",
     "Collection",
+    "ExternalJudgment",
     "Grade",
     "GradeCache",
     "Grader",

@@ -40,6 +40,8 @@ class Query(Base):
     # Subtopics / facets: [{"facet_id": ..., "text": ...}], as CAR-style banks name them.
     facets: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True, default=None)
     position: Mapped[int] = mapped_column(Integer, default=0)
+    # The rest of an AutoJudge Request (background, problem_statement, limits, collection ids), as imported.
+    info: Mapped[Any] = mapped_column(JSON, nullable=True, default=None)
 
 
 class Passage(Base):
@@ -103,6 +105,44 @@ class Judgment(Base):
     ordinal: Mapped[int] = mapped_column(Integer, default=0)
     relevance: Mapped[int] = mapped_column(Integer)
     title_query: Mapped[str | None] = mapped_column(String(200), default=None)
+
+
+class Citation(Base):
+    """A response passage (a segment of a generated answer) cites a corpus document, in citation order."""
+
+    __tablename__ = "citation"
+    __table_args__ = (
+        UniqueConstraint("passage_pk", "position"),
+        Index("ix_citation_collection", "collection_id"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    collection_id: Mapped[int] = mapped_column(ForeignKey("collection.id", ondelete="CASCADE"))
+    passage_pk: Mapped[int] = mapped_column(ForeignKey("passage.id", ondelete="CASCADE"))
+    doc_id: Mapped[str] = mapped_column(String(300))
+    position: Mapped[int] = mapped_column(Integer)
+    # The cited sentence's index in the response, and the report's confidence (ragtime) if it gave one.
+    sentence: Mapped[int] = mapped_column(Integer, default=0)
+    confidence: Mapped[float | None] = mapped_column(Float, nullable=True, default=None)
+
+
+class ExternalJudgment(Base):
+    """A graded judgment from another judge (e.g. UMBRELA's 0-3), kept apart from the manual ``judgment`` truth.
+
+    ``source`` names the judge; agreement and comparison read one source at a time.
+    """
+
+    __tablename__ = "external_judgment"
+    __table_args__ = (
+        UniqueConstraint("source", "pool_entry_pk"),
+        Index("ix_external_judgment_collection_source", "collection_id", "source"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    collection_id: Mapped[int] = mapped_column(ForeignKey("collection.id", ondelete="CASCADE"))
+    pool_entry_pk: Mapped[int] = mapped_column(ForeignKey("pool_entry.id", ondelete="CASCADE"))
+    source: Mapped[str] = mapped_column(String(200))
+    relevance: Mapped[int] = mapped_column(Integer)
 
 
 class OfficialRank(Base):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.models.base import Base, TimestampMixin
@@ -29,6 +29,14 @@ class BankItem(Base):
     facet_id: Mapped[str | None] = mapped_column(String(200), default=None)
     info: Mapped[Any] = mapped_column(JSON, nullable=True, default=None)
     content_hash: Mapped[str] = mapped_column(String(64))
+    # Nugget importance (docs/formats.md): "vital" | "okay"; None is unspecified and weighs like vital.
+    importance: Mapped[str | None] = mapped_column(String(20), nullable=True, default=None)
+    # An explicit weight; None takes the importance's (vital 1.0, okay 0.5, unspecified 1.0).
+    weight: Mapped[float | None] = mapped_column(Float, nullable=True, default=None)
+    # Sub-nuggets: {"op": "and" | "or", "children": [{"id", "text", "kind", "gold_answers"?, "op"?, "children"?}]}.
+    structure: Mapped[Any] = mapped_column(JSON, nullable=True, default=None)
+    # Where the item came from: {"format", "creator": [{"is_human", "llm_model", ...}], "references", ...}.
+    provenance: Mapped[Any] = mapped_column(JSON, nullable=True, default=None)
 
 
 class RubricVersion(TimestampMixin, Base):

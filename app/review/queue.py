@@ -4,9 +4,10 @@ Two orders over the same cells (one grader's grades on the items of the newest r
 
 * ``priority``: the cells whose review can move the leaderboard most, among those the grader is
   least sure of first (``priority_scores``, formula in its docstring);
-* ``uniform``: a seeded uniform random permutation, without repeats (``uniform_order``). A
-  prediction-powered (PPI) estimate needs human labels on a *uniform* sample of cells: cells picked
-  by priority are, by design, not representative.
+* ``uniform``: a seeded uniform random permutation of the pool's *rows* (passages), each row's
+  cells together (``uniform_order``). A prediction-powered (PPI) estimate needs human labels on a
+  *uniform* sample of rows (app/review/ppi_sample.py): cells picked by priority are, by design, not
+  representative, and P@k and Cover need every item of a passage labelled, not single cells.
 
 Scores are computed from the evaluation snapshot's arrays (app/collections/snapshot.py) and kept
 per (collection, structure, revision, grader, rubric version, settings): a judge's override moves
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -33,7 +35,7 @@ from app.collections.queries import GraderRef, version_item_ids
 from app.collections.snapshot import core_rows, judgment_extremes
 from app.errors import Invalid, NotFound
 from app.evaluation.cover import OVERALL, cover_scores_of, cover_table
-from app.evaluation.frame import NO_RATING, BoolArray, FloatArray, GradeFrame, IntArray, RankingFrame
+from app.evaluation.frame import NO_RATING, BoolArray, FloatArray, GradeFrame, IntArray, PoolIndex, RankingFrame
 from app.leaderboards import params
 from app.models import Collection, Grade, GradeOverride, OverrideEvent, PoolEntry, Query
 from app.review.flags import flagged_ids
@@ -50,6 +52,7 @@ LIMIT = (1, 1000)
 SEED = (0, 2**32 - 1)
 OFFSET = (0, 1_000_000)
 MAX_KEPT = 8
+UIntArray = npt.NDArray[np.uint64]
 
 
 # ---- the pure part: scores from arrays ----------------------------------------------------------
@@ -204,16 +207,51 @@ def priority_order(grades: GradeFrame, scores: CellScores) -> IntArray:
     return order
 
 
-def uniform_order(grades: GradeFrame, seed: int) -> IntArray:
-    """A uniform random permutation of the cells, the same for the same seed and cells.
+def row_ids(pool: PoolIndex) -> UIntArray:
+    """Per entry position, a 64-bit id of its row: blake2b of (query id, passage id), the same in any pool."""
+    keys = [
+        hashlib.blake2b(f"{pool.query_ids[q]}\x00{p}".encode(), digest_size=8).digest()
+        for q, p in zip(pool.entry_query.tolist(), pool.passage_ids, strict=True)
+    ]
+    ids: UIntArray = np.frombuffer(b"".join(keys), dtype=">u8").astype(np.uint64)
+    return ids
 
-    The cells are first put in a canonical order (pool order, then item id), so the permutation
-    does not depend on the order the snapshot happened to load them in.
+
+def _mix(x: UIntArray) -> UIntArray:
+    """splitmix64's finaliser: a bijection of 64-bit integers that scatters every input bit over the output."""
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def row_places(ids: UIntArray, seed: int) -> IntArray:
+    """Per row (entry position), its 0-based place in the seed's uniform order of rows.
+
+    key_e = mix(id_e ⊕ mix(seed + γ)) (γ = 2⁶⁴/φ, ``mix`` a bijection), rows sorted by key: a keyed
+    pseudo-random order of the rows themselves, not of their positions, so a regrade, a rubric edit
+    or rows added to the pool leave the order of the other rows unchanged (new rows fall in between).
     """
+    with np.errstate(over="ignore"):
+        salt = _mix(np.array([(seed + 0x9E3779B97F4A7C15) % 2**64], dtype=np.uint64))
+        keys = _mix(ids ^ salt[0])
+    order = np.argsort(keys, kind="stable")
+    places = np.empty(len(ids), dtype=np.int64)
+    places[order] = np.arange(len(ids))
+    return places
+
+
+def uniform_order(grades: GradeFrame, seed: int, places: IntArray | None = None) -> IntArray:
+    """The cells by their row's place in the seed's uniform row order (``row_places``), then item id.
+
+    A judge completes one passage row at a time: PPI labels rows (app/review/ppi_sample.py). The
+    order depends on the rows' identities and the items' ids only, never on the order the snapshot
+    loaded the cells in. ``places`` are ``row_places`` of the pool when the caller keeps them.
+    """
+    if places is None:
+        places = row_places(row_ids(grades.pool), seed)
     item_rank = np.argsort(np.argsort(np.asarray(grades.items, dtype=object)))
-    canonical = np.lexsort((item_rank[grades.item], grades.entry))
-    shuffled: IntArray = canonical[np.random.default_rng(seed).permutation(len(canonical))]
-    return shuffled
+    order: IntArray = np.lexsort((item_rank[grades.item], places[grades.entry]))
+    return order
 
 
 def judge_seed(collection: str, judge: str) -> int:
@@ -268,6 +306,11 @@ class QueueCell:
     reach: int
     priority: float
     position: int  # 1-based place in the judge's order (among every cell, reviewed ones included)
+    # uniform mode (0 in priority mode): the 1-based place of the cell's passage row among the graded
+    # rows of the judge's order, and the cell's place among that row's ``row_items`` cells
+    row: int = 0
+    row_item: int = 0
+    row_items: int = 0
 
     def as_json(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__slots__}
@@ -310,6 +353,7 @@ class _Scored:
     item_code: dict[str, int]  # item id → its code in ``grades.items``
     sorted_keys: IntArray  # cell keys (entry · |items| + item code), ascending
     sorted_cells: IntArray  # the cell of each of ``sorted_keys``
+    row_ids: UIntArray  # per entry position: ``row_ids`` (the uniform order's key)
 
     def cell(self, pool_entry: int, item_id: str) -> int | None:
         """The cell of (pool entry pk, item id), None when it is not in the queue."""
@@ -324,6 +368,24 @@ class _Scored:
 
 _kept: OrderedDict[tuple[Any, ...], _Scored] = OrderedDict()
 _kept_lock = threading.Lock()
+_row_ids: OrderedDict[tuple[Any, ...], UIntArray] = OrderedDict()
+
+
+def structure_row_ids(session: Session, structure: snapshot.Structure) -> UIntArray:
+    """``row_ids`` of a snapshot structure's pool, kept per structure (hashing a DL pool costs ~0.1 s)."""
+    url = session.get_bind().engine.url.render_as_string(hide_password=True)
+    key = (url, structure.pool.collection_id, structure.token)
+    with _kept_lock:
+        ids = _row_ids.get(key)
+        if ids is not None:
+            _row_ids.move_to_end(key)
+            return ids
+    ids = row_ids(structure.index)
+    with _kept_lock:
+        _row_ids[key] = ids
+        while len(_row_ids) > MAX_KEPT:
+            _row_ids.popitem(last=False)
+    return ids
 
 
 def _stored_probabilities(
@@ -399,7 +461,10 @@ def _scored(
     by_key = np.argsort(keys)
     item_code = {item: i for i, item in enumerate(grades.items)}
     order = priority_order(grades, scores)
-    kept = _Scored(grades, entry_pks, expected, mass, scores, order, dict(position), item_code, keys[by_key], by_key)
+    ids = structure_row_ids(session, current.structure)
+    kept = _Scored(
+        grades, entry_pks, expected, mass, scores, order, dict(position), item_code, keys[by_key], by_key, ids
+    )
     with _kept_lock:
         _kept[key] = kept
         while len(_kept) > MAX_KEPT:
@@ -434,7 +499,7 @@ def reviewed_cells(session: Session, collection: Collection, request: QueueReque
     return {(pk, item) for pk, item in rows}
 
 
-def _cell(kept: _Scored, c: int, place: int) -> QueueCell:
+def _cell(kept: _Scored, c: int, place: int, row: tuple[int, int, int] = (0, 0, 0)) -> QueueCell:
     grades, scores = kept.grades, kept.scores
     e = int(grades.entry[c])
     rating = int(grades.rating[c])
@@ -455,7 +520,33 @@ def _cell(kept: _Scored, c: int, place: int) -> QueueCell:
         reach=int(scores.reach[c]),
         priority=float(scores.priority[c]),
         position=place,
+        row=row[0],
+        row_item=row[1],
+        row_items=row[2],
     )
+
+
+def row_positions(grades: GradeFrame, order: IntArray) -> tuple[IntArray, IntArray, IntArray]:
+    """Per cell, for an order that keeps each row's cells together (the uniform one): its row's 1-based
+    place among the rows, its 1-based place within the row, and the row's number of cells."""
+    entry = grades.entry[order]
+    first = np.r_[True, entry[1:] != entry[:-1]] if len(order) else np.zeros(0, dtype=bool)
+    row_of = np.cumsum(first)
+    starts = np.flatnonzero(first)
+    sizes = np.diff(np.r_[starts, len(order)])
+    row, item, size = (np.zeros(len(order), dtype=np.int64) for _ in range(3))
+    row[order] = row_of
+    item[order] = np.arange(len(order)) - starts[row_of - 1] + 1
+    size[order] = sizes[row_of - 1]
+    return row, item, size
+
+
+def _row_of(kept: _Scored, order: IntArray, mode: Mode, cells: list[int]) -> list[tuple[int, int, int]]:
+    """``row_positions`` of ``cells`` in uniform mode; zeros in priority mode (rows are not kept together)."""
+    if mode != "uniform":
+        return [(0, 0, 0)] * len(cells)
+    row, item, size = row_positions(kept.grades, order)
+    return [(int(row[c]), int(item[c]), int(size[c])) for c in cells]
 
 
 def _judge_order(kept: _Scored, collection: Collection, request: QueueRequest) -> tuple[IntArray, int | None]:
@@ -463,7 +554,7 @@ def _judge_order(kept: _Scored, collection: Collection, request: QueueRequest) -
     if request.mode == "priority":
         return kept.order, None
     seed = request.seed if request.seed is not None else judge_seed(collection.name, request.judge)
-    return uniform_order(kept.grades, seed), seed
+    return uniform_order(kept.grades, seed, row_places(kept.row_ids, seed)), seed
 
 
 def _prepare(session: Session, collection: Collection, request: QueueRequest) -> tuple[GraderRef, _Scored, int | None]:
@@ -487,6 +578,7 @@ def next_cells(
     per_query = {q: int(n) for q, n in zip(grades.pool.query_ids, per_query_counts.tolist(), strict=True) if n}
     places = np.empty(len(order), dtype=np.int64)
     places[order] = np.arange(1, len(order) + 1)
+    full_order = order
     if request.query_id is not None:
         if request.query_id not in grades.pool.query_ids:
             raise NotFound(f"no query {request.query_id!r} with grades in this queue")
@@ -494,8 +586,9 @@ def next_cells(
     done = _done_cells(kept, reviewed_cells(session, collection, request))
     done |= _flagged_cells(kept, flagged_ids(session, collection))
     left = order[~done[order]]
-    chosen = left[offset : offset + limit]
-    cells = tuple(_cell(kept, int(c), int(places[c])) for c in chosen.tolist())
+    chosen = left[offset : offset + limit].tolist()
+    rows = _row_of(kept, full_order, request.mode, chosen)
+    cells = tuple(_cell(kept, int(c), int(places[c]), r) for c, r in zip(chosen, rows, strict=True))
     return Queue(grader, request.mode, seed, version, cells, len(left), len(order), per_query)
 
 
@@ -525,9 +618,11 @@ def find_cell(
     if c is None:
         raise NotFound("this cell is not in the review queue")
     order, _ = _judge_order(kept, collection, request)
-    return _cell(kept, c, int(np.flatnonzero(order == c)[0]) + 1)
+    [row] = _row_of(kept, order, request.mode, [c])
+    return _cell(kept, c, int(np.flatnonzero(order == c)[0]) + 1, row)
 
 
 def clear() -> None:
     with _kept_lock:
         _kept.clear()
+        _row_ids.clear()

@@ -141,7 +141,7 @@ def draft_bank(
         except (BackendError, GenerationParseError) as error:
             report.failures[query.query_id] = str(error)
             continue
-        specs += [_spec(query.query_id, text, kind, facet) for text in dict.fromkeys(texts)]
+        specs += [_spec(query.query_id, text, kind, facet, generator) for text in dict.fromkeys(texts)]
     if not specs:
         return report
     writer = CollectionWriter(session, collection)
@@ -166,10 +166,18 @@ def _subtopics(query: Query, style: Style) -> list[str | None]:
     return [None]
 
 
-def _spec(query_id: str, text: str, kind: Kind, facet: str | None) -> ItemSpec:
+def _spec(query_id: str, text: str, kind: Kind, facet: str | None, generator: Generator) -> ItemSpec:
     item_kind = "question" if kind == "questions" else "nugget"
+    model = getattr(generator, "name", None)  # the backend's model: the creator a NuggetBanks export names
     return ItemSpec(
-        query_id, item_id_for(query_id, text), item_kind, text, None, None, {"drafted": True, "facet": facet}
+        query_id,
+        item_id_for(query_id, text),
+        item_kind,
+        text,
+        None,
+        None,
+        {"drafted": True, "facet": facet},
+        provenance={"format": "llm-draft", "llm_model": model} if isinstance(model, str) else None,
     )
 
 

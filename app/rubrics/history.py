@@ -4,6 +4,9 @@ A diff names items by their query and tells three kinds of change apart: an item
 gone, an *edited* item (a new item whose ``info.edited_from`` chain leads back to an item of the
 older version: edits give items new ids, so without the chain an edit would read as a removal
 plus an addition), and a *moved* item (in both versions, at another place among its query's items).
+An edited item also lists what changed in its importance, weight and sub-nuggets (``importance okay
+→ vital``, ``sub-nugget added: …``, ``sub-nuggets and → or``); an item whose text stayed and only
+those changed keeps its id, and is listed as edited with those changes alone.
 
 A revert is a new version listing the older version's items; it regrades only the items the
 newest version does not hold (the others are graded already), like an edit does.
@@ -19,7 +22,7 @@ from sqlalchemy.orm import Session
 
 from app.errors import Conflict, Invalid
 from app.models import BankItem, Collection, Query, RubricVersion
-from app.rubrics.editing import EditResult
+from app.rubrics.editing import Attributes, EditResult, attribute_changes
 from app.rubrics.service import create_version, latest_version, lock_rubric, version_by_number, version_item_pks
 
 TIME_FORMAT = "%Y-%m-%d %H:%M UTC"
@@ -73,6 +76,11 @@ class EditedItem:
     old_text: str
     new_item_id: str
     new_text: str
+    changes: tuple[str, ...] = ()  # importance, weight, sub-nuggets; empty when only the text changed
+
+    @property
+    def text_changed(self) -> bool:
+        return self.old_text != self.new_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,17 +121,20 @@ class _Item:
     query_id: str
     text: str
     edited_from: str | None
+    attributes: Attributes
+    content_hash: str
 
 
 def _version_items(session: Session, collection: Collection, number: int) -> dict[str, _Item]:
     """item id → item, in the version's order (dicts keep it)."""
     pks = version_item_pks(session, version_by_number(session, collection, number))
     rows = {
-        pk: (item_id, _Item(query_id, text, _edited_from(info)))
-        for pk, item_id, text, info, query_id in session.execute(
-            select(BankItem.id, BankItem.item_id, BankItem.text, BankItem.info, Query.query_id)
-            .join(Query, Query.id == BankItem.query_pk)
-            .where(BankItem.id.in_(pks))
+        item.id: (
+            item.item_id,
+            _Item(query_id, item.text, _edited_from(item.info), Attributes.of(item), item.content_hash),
+        )
+        for item, query_id in session.execute(
+            select(BankItem, Query.query_id).join(Query, Query.id == BankItem.query_pk).where(BankItem.id.in_(pks))
         )
     }
     return dict(rows[pk] for pk in pks if pk in rows)
@@ -143,7 +154,9 @@ def diff_versions(session: Session, collection: Collection, a: int, b: int) -> V
         origin = origins.get(item_id)
         if item_id not in old and origin is not None:
             matched.add(origin)
-            edited.append(EditedItem(item.query_id, origin, old[origin].text, item_id, item.text))
+            edited.append(_edited(old[origin], origin, item, item_id))
+        elif item_id in old and old[item_id].content_hash != item.content_hash:  # same id: attributes changed
+            edited.append(_edited(old[item_id], item_id, item, item_id))
     return VersionDiff(
         a,
         b,
@@ -152,6 +165,11 @@ def diff_versions(session: Session, collection: Collection, a: int, b: int) -> V
         tuple(edited),
         tuple(_moved(old, new, origins)),
     )
+
+
+def _edited(old: _Item, old_id: str, new: _Item, new_id: str) -> EditedItem:
+    changes = attribute_changes(old.attributes, new.attributes)
+    return EditedItem(new.query_id, old_id, old.text, new_id, new.text, changes)
 
 
 def _origins(session: Session, collection: Collection, old: dict[str, _Item], new: dict[str, _Item]) -> dict[str, str]:

@@ -35,11 +35,17 @@ class ItemSpec:
     gold_answers: list[str] | None
     facet_id: str | None
     info: Any
+    importance: str | None = None
+    weight: float | None = None
+    structure: Any = None
+    provenance: Any = None  # where the item came from; not content: the first import's is kept
 
     def content_hash(self) -> str:
-        return canonical_hash(
-            [self.query_id, self.item_id, self.kind, self.text, self.gold_answers, self.facet_id, self.info]
-        )
+        """Covers what grading and scoring read; importance, weight and structure only when set,
+        so items without them keep the hashes they had before those fields existed."""
+        content = [self.query_id, self.item_id, self.kind, self.text, self.gold_answers, self.facet_id, self.info]
+        extra = [self.importance, self.weight, self.structure]
+        return canonical_hash(content + extra if any(v is not None for v in extra) else content)
 
 
 def _item_spec(bank: BankIn, raw: BankItemIn, file: str, line: int, field: str) -> ItemSpec:
@@ -134,7 +140,7 @@ def import_banks(session: Session, collection: Collection, paths: list[Path]) ->
                 meta[f"{spec.kind}:{bank.query_id}"] = _bank_meta(bank)
             _add_facet(session, writer.query_pks[bank.query_id], bank)
     item_pks = store_items(session, collection, writer, specs)
-    _new_version_if_changed(session, collection, writer, specs, item_pks, meta)
+    new_version_if_changed(session, collection, writer, specs, item_pks, meta)
     session.flush()
     return writer.report
 
@@ -159,6 +165,10 @@ def store_items(session: Session, collection: Collection, writer: CollectionWrit
             "gold_answers": s.gold_answers,
             "facet_id": s.facet_id,
             "info": s.info,
+            "importance": s.importance,
+            "weight": s.weight,
+            "structure": s.structure,
+            "provenance": s.provenance,
             "content_hash": s.content_hash(),
         }
         for s in specs
@@ -173,14 +183,16 @@ def store_items(session: Session, collection: Collection, writer: CollectionWrit
     return [stored[(s.item_id, s.content_hash())] for s in specs]
 
 
-def _new_version_if_changed(
+def new_version_if_changed(
     session: Session,
     collection: Collection,
     writer: CollectionWriter,
     specs: list[ItemSpec],
     item_pks: list[int],
     meta: dict[str, Any],
+    note: str = "imported test bank",
 ) -> None:
+    """A new published version: the imported items replace the newest version's items of their kind and query."""
     previous = latest_version(session, collection)
     replaced = {(s.kind, writer.query_pks[s.query_id]) for s in specs}
     kept: list[int] = []
@@ -206,7 +218,7 @@ def _new_version_if_changed(
         collection,
         new_items,
         created_by="import",
-        note="imported test bank",
+        note=note,
         bank_meta={**(previous.bank_meta if previous else {}), **meta},
     )
     writer.report.add("rubric_versions", 1)

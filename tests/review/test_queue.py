@@ -1,4 +1,4 @@
-"""The review queue's order on hand-made cases: priority (effect × uncertainty) and the uniform sample."""
+"""The review queue's order on hand-made cases: priority (effect × uncertainty) and the uniform row sample."""
 
 from __future__ import annotations
 
@@ -88,3 +88,24 @@ def test_uniform_order_is_a_seeded_permutation_independent_of_load_order() -> No
     cells = [(int(grades.entry[c]), int(grades.item[c])) for c in order]
     again = [(int(shuffled.entry[c]), int(shuffled.item[c])) for c in uniform_order(shuffled, 7)]
     assert again == cells
+
+
+def test_uniform_order_presents_whole_rows_stable_under_regrades_and_new_rows() -> None:
+    grades, _ = _case()
+    seeds = range(40)
+    for seed in seeds:
+        rows = [int(grades.entry[c]) for c in uniform_order(grades, seed)]
+        assert rows == [r for r in dict.fromkeys(rows) for _ in range(2)]  # each row's 2 items together
+        items = [grades.items[int(grades.item[c])] for c in uniform_order(grades, seed)]
+        assert items == ["A", "B"] * 3  # within a row, by item id
+    # every order of the 3 rows occurs over 40 seeds (6 orders, each with chance 1/6)
+    firsts = {tuple(dict.fromkeys(int(grades.entry[c]) for c in uniform_order(grades, s))) for s in seeds}
+    assert len(firsts) == 6
+    # a rubric edit (item B dropped) and a bigger pool (a new row p3) keep the other rows' order
+    order = [grades.pool.passage_ids[int(grades.entry[c])] for c in uniform_order(grades, 11)][::2]
+    edited = grades.select(grades.item == grades.items.index("A"))
+    assert [edited.pool.passage_ids[int(edited.entry[c])] for c in uniform_order(edited, 11)] == order
+    graded = {"q": {p: _grade({"A": 1, "B": 2}) for p in ("p0", "p1", "p2", "p3")}}
+    bigger, _ = frames_of(graded, {})
+    rows = [bigger.pool.passage_ids[int(bigger.entry[c])] for c in uniform_order(bigger, 11)][::2]
+    assert [p for p in rows if p != "p3"] == order

@@ -124,6 +124,20 @@ def test_one_measure_registry_drives_menu_help_and_validation(viewer: TestClient
     cli("leaderboard", "sample", "--measure", "P@0", expect=2)
 
 
+def _selected_measure(page: str) -> list[str]:
+    menu = page.split('name="measure"', 1)[1].split("</select>", 1)[0]
+    return re.findall(r"<option selected>([^<]+)</option>", menu)
+
+
+def test_the_measure_menu_keeps_the_boards_measure_even_off_the_menu(viewer: TestClient) -> None:
+    """A measure the menu does not list (or spelled another way) stays selected, so resubmitting keeps it."""
+    off_menu = next(n for n in ("P@5", "nugget-strict-weighted") if n not in [m.name for m in measures.MENU])
+    page = viewer.get("/c/sample/leaderboard", params={"measure": off_menu}).text
+    assert _selected_measure(page) == [off_menu]
+    assert _selected_measure(viewer.get("/c/sample/leaderboard", params={"measure": "p.20"}).text) == ["P@20"]
+    assert _selected_measure(viewer.get("/c/sample/leaderboard").text) == [measures.DEFAULT.name]
+
+
 def test_oversight_tabs_keep_the_grader(twins: tuple[int, int], viewer: TestClient) -> None:
     page = viewer.get("/c/sample/oversight/bad", params={"grader": twins[1]}).text
     tabs = page.split('<nav class="tabs">', 1)[1].split("</nav>", 1)[0]

@@ -79,6 +79,7 @@ DYNAMIC_QUERY = {
         "exclude_flagged",
         "significance",
         "trials",
+        "ppi",
     ),
     "/c/{name}/qrels": ("label", "version", "grader", "min_rating"),
     "/c/{name}/compare": ("a_version", "b_version", "a_grader", "b_grader", "measure"),

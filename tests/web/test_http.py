@@ -51,6 +51,7 @@ ROUTES: list[tuple[str, str, str | None, dict[str, str]]] = [
     ("GET", "/c/{name}/leaderboard", "viewer", {}),
     ("GET", "/c/{name}/leaderboard.{fmt}", "viewer", {}),
     ("GET", "/c/{name}/qrels", "viewer", {}),
+    ("GET", "/c/{name}/bundle.tar.gz", "viewer", {}),
     ("GET", "/c/{name}/compare", "viewer", {}),
     ("GET", "/c/{name}/compare.json", "viewer", {}),
     ("GET", "/c/{name}/agreement", "viewer", {}),

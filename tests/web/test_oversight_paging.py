@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -13,7 +12,7 @@ from app.db import session_scope
 from app.oversight.service import PER_PAGE
 from app.web.main import create_app
 from tests.conftest import Database
-from tests.helpers import import_dev, oversight_rows
+from tests.helpers import oversight_rows
 from tests.web.conftest import PASSWORDS, login
 
 MB = 1_000_000
@@ -82,8 +81,7 @@ def test_empty_filters_mean_any(client: TestClient) -> None:
     assert _summary(client.get("/c/sample/oversight/verify?query=&item=&grade=").text) == plain
 
 
-def test_no_page_over_1_mb_on_dl19_dev(sqlite_db: Database, dl19_dev: Path) -> None:
-    import_dev(dl19_dev)
+def test_no_page_over_1_mb_on_dl19_dev(dev_sqlite_database: Database) -> None:
     with session_scope() as session:
         create_user(session, "viewer", "viewer", PASSWORDS["viewer"])
     with TestClient(create_app()) as client:

@@ -8,18 +8,23 @@ app/agreement/analysis.py, app/oversight), build a view model and render it: no 
 from __future__ import annotations
 
 import json
+import tempfile
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import PlainTextResponse, Response
+from fastapi.responses import FileResponse, PlainTextResponse, Response
 from sqlalchemy import select
 from sqlalchemy.orm import Session
+from starlette.background import BackgroundTask
 
+from app.agreement import external
 from app.agreement.analysis import AgreementAnalysis, agreement_analysis, agreement_analysis_json
 from app.agreement.calibration import load_calibration
 from app.agreement.service import as_table
+from app.collections import bundle as bundles
 from app.collections.graders import resolve_grader
 from app.collections.queries import GraderRef
 from app.db import session_scope
@@ -39,6 +44,7 @@ from app.leaderboards.analysis import (
     significance_tables,
 )
 from app.leaderboards.params import bounded_int
+from app.leaderboards.ppi import MIN_SUPPORT, estimate_view, ppi_table, sample_line
 from app.leaderboards.service import (
     LeaderboardRequest,
     check_request,
@@ -96,11 +102,17 @@ def _flag(params: dict[str, Any], name: str) -> bool:
 
 
 def _analysis(
-    session: Session, collection: Collection, params: dict[str, Any], *, significance: bool | None = None
+    session: Session,
+    collection: Collection,
+    params: dict[str, Any],
+    *,
+    significance: bool | None = None,
+    ppi: bool | None = None,
 ) -> LeaderboardAnalysis:
     """The leaderboard the page and its JSON export show (with per-query correlation for a trec measure).
 
-    ``significance`` None: as the query string asks (``significance=1``, what the exports follow).
+    ``significance`` and ``ppi`` None: as the query string asks (``significance=1``, ``ppi=1``: what
+    the exports follow).
     """
     return leaderboard_analysis(
         session,
@@ -109,6 +121,7 @@ def _analysis(
         per_query_level=_per_query_level(params),
         significance=_flag(params, "significance") if significance is None else significance,
         trials=bounded_int(params, "trials", bounds.TRIALS, bounds.DEFAULT_TRIALS) or bounds.DEFAULT_TRIALS,
+        ppi=_flag(params, "ppi") if ppi is None else ppi,
     )
 
 
@@ -169,7 +182,7 @@ ALL_PAIRS_SHOWN = 500  # rows of the page's all-pairs table (59 systems have 1,7
 
 def board_view(session: Session, collection: Collection, params: dict[str, Any]) -> dict[str, Any]:
     """The leaderboard page's view model: ranked rows, the overall row apart, charts, live triggers."""
-    result = _analysis(session, collection, params, significance=True)
+    result = _analysis(session, collection, params, significance=True, ppi=True)
     board, grader, predicted = result.board, result.grader, result.predicted
     ranked = [s for s in board.systems if s.system in predicted]  # the overall row is no system
     points = [(s.system, s.score, s.official_rank) for s in ranked if s.official_rank is not None]
@@ -178,7 +191,7 @@ def board_view(session: Session, collection: Collection, params: dict[str, Any])
         "request": result.request,
         "grader": {"id": grader.id, "label": f"{grader.model} / {grader.prompt_class}"},
         # the exports compute what this page shows: the grader it resolved, by id, whatever the URL omitted
-        "export_params": {**{k: v for k, v in params.items() if k != "significance"}, "grader": grader.id},
+        "export_params": {**{k: v for k, v in params.items() if k not in ("significance", "ppi")}, "grader": grader.id},
         "systems": _system_rows(result),
         "overall": None
         if overall is None
@@ -191,11 +204,45 @@ def board_view(session: Session, collection: Collection, params: dict[str, Any])
         "significance": result.significance,
         "all_pairs": None if result.significance is None else all_pairs_summary(result.significance),
         "all_pairs_shown": ALL_PAIRS_SHOWN,
+        "ppi": _ppi_view(result),
         "live_triggers": _live_triggers(result.request),
         "correlation": board.correlation,
         "per_query": _per_query_rows(result),
         "errorbars": charts.error_bars([(s.system, s.score, s.ci_low, s.ci_high) for s in ranked], board.measure),
         "scatter": charts.rank_scatter(points, board.measure),
+    }
+
+
+def _ppi_view(result: LeaderboardAnalysis) -> dict[str, Any] | None:
+    """The "Prediction-powered estimates" section: per system plain → PPI [CI] for Cover and P@k, and the sample."""
+    board = result.ppi
+    if board is None:
+        return None
+    ranks = {r.system: f"={r.rank}" if r.tied else str(r.rank) for r in result.ranked}
+    rows = [
+        {
+            "name": s.system,
+            "rank": ranks.get(s.system, ""),
+            "cover": estimate_view(s.cover),
+            "precision": None if s.precision is None else estimate_view(s.precision),
+        }
+        for s in board.systems
+    ]
+    tuned = next((s.precision for s in board.systems if s.precision is not None), None)
+    return {
+        "rows": rows,
+        "tuning": tuned.tuning if tuned is not None and tuned.n_labels >= 2 else None,
+        "min_support": MIN_SUPPORT,
+        "measure": board.precision_measure,
+        "sample_line": sample_line(board),
+        "n_rows": board.sample.n_rows,
+        "incomplete": board.sample.incomplete,
+        "confidence": round((1 - board.alpha) * 100),
+        "top_k": board.top_k,
+        "min_rating": board.min_rating,
+        "level": board.level,
+        "note": board.precision_note,
+        "with_overrides": result.request.include_overrides,
     }
 
 
@@ -274,6 +321,8 @@ def leaderboard_export(
     tables = [leaderboard_table(result.board)]
     if result.significance is not None:
         tables.extend(significance_tables(result.significance))
+    if result.ppi is not None:
+        tables.append(ppi_table(result.ppi))
     table = render_tables(tables, formats[fmt])  # type: ignore[arg-type]
     return PlainTextResponse(table, headers=headers)
 
@@ -288,6 +337,38 @@ def qrels_export(
     lines = [f"{q} 0 {p} {label}\n" for q, docs in sorted(qrels.items()) for p, label in sorted(docs.items())]
     headers = {"Content-Disposition": content_disposition(f"{name}.qrels"), "X-Grader-Id": str(lb_request.grader_id)}
     return PlainTextResponse("".join(lines), headers=headers)
+
+
+@router.get("/c/{name}/bundle.tar.gz", name="bundle_export")
+def bundle_export(
+    name: str, request: Request, user: CurrentUser = Depends(require("viewer")), session: Session = db
+) -> Response:
+    """The reproducibility bundle of the board the page shows (docs/bundles.md): its manifest's command
+    prints what ``leaderboard.json`` with the same query string answers. Built in a temporary file,
+    one build at a time per process (429 while one runs), then streamed from disk."""
+    collection = get_or_404(session, name)
+    params = dict(request.query_params)
+    settings = bundles.board_settings(
+        _request(session, collection, params),
+        per_query_level=_per_query_level(params),
+        significance=_flag(params, "significance"),
+        trials=bounded_int(params, "trials", bounds.TRIALS, bounds.DEFAULT_TRIALS) or bounds.DEFAULT_TRIALS,
+    )
+    with bundles.build_slot():
+        handle = tempfile.NamedTemporaryFile(prefix="rubric-bundle-", suffix=".tar.gz", delete=False)  # noqa: SIM115
+        handle.close()
+        path = Path(handle.name)
+        try:
+            bundles.write_bundle(session, collection, settings, path)
+        except BaseException:
+            path.unlink(missing_ok=True)
+            raise
+    return FileResponse(
+        path,
+        media_type="application/gzip",
+        headers={"Content-Disposition": content_disposition(f"{name}.bundle.tar.gz")},
+        background=BackgroundTask(path.unlink, missing_ok=True),
+    )
 
 
 # ---- compare --------------------------------------------------------------------------------
@@ -401,11 +482,23 @@ def agreement_page(
     min_answers: int = MinAnswers,
     min_judgment: int = MinJudgment,
     grader: int | None = GraderParam,
+    judge: str | None = Query(None, max_length=external.NAME_MAX),  # another judge's qrels: app/agreement/external.py
+    min_external: int = Query(external.DEFAULT_MIN_EXTERNAL, ge=1, le=external.EXTERNAL_LEVEL[1]),
+    judge_measure: str = Query(external.DEFAULT_JUDGE_MEASURE, max_length=external.MEASURE_MAX),
     user: CurrentUser = Depends(require("viewer")),
     session: Session = db,
 ) -> Response:
     collection = get_or_404(session, name)
     result = _agreement(session, collection, grader, min_answers, min_judgment)
+    other = external.external_section(
+        session,
+        collection,
+        grader_id=result.grader.id,
+        judge=judge,
+        min_external=min_external,
+        measure=judge_measure,
+        min_judgment=min_judgment,
+    )
     return render(
         request,
         "agreement.html",
@@ -414,6 +507,7 @@ def agreement_page(
             "collection": name,
             "view": agreement_view(result, flags.flags(session, collection), user.name),
             "calibration": load_calibration(session, collection, result.grader.id),
+            "external": other,
             "min_answers": min_answers,
             "min_judgment": min_judgment,
             "grader": result.grader.id,

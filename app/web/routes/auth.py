@@ -7,6 +7,7 @@ token, so signing out or changing a password ends sessions for every copy of the
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from fastapi import APIRouter, Depends, Form, Request
 from fastapi import Path as PathParam
@@ -140,71 +141,64 @@ def add_user(
 UserName = PathParam(min_length=1, max_length=MAX_NAME_LENGTH)
 
 
-@router.post("/users/{user_name}/role", name="set_user_role")
-def set_user_role(
+@dataclass(frozen=True)
+class AccountAction:
+    """An organizer's request to act on the user named in the path (``/users/{user_name}/…``)."""
+
+    request: Request
+    session: Session
+    organizer: CurrentUser
+    user_name: str
+
+    def run(self, action: Callable[[Session, User], None], done: str) -> Response:
+        """Look the user up and act; a refusal (raised before anything is written) is shown on the
+        users page, a success is told once after the redirect."""
+        try:
+            account = user_or_404(self.session, self.user_name)
+            action(self.session, account)
+        except DomainError as error:
+            return _users_page(self.request, self.session, self.organizer, error=str(error), status=error.status)
+        self.request.session["users_notice"] = f"{account.name}: {done}"
+        me = account.name == self.organizer.name
+        still_manages = not me or (account.role == "organizer" and account.disabled_at is None)
+        target = "users_page" if still_manages else "account_page"  # who demoted themselves sees their new role
+        return RedirectResponse(str(path_for(self.request, target)), status_code=303)
+
+
+def account_action(
     request: Request,
     user_name: str = UserName,
-    role: str = Form(..., max_length=20),
     user: CurrentUser = Depends(require("organizer")),
     session: Session = db,
-) -> Response:
+) -> AccountAction:
+    return AccountAction(request, session, user, user_name)
+
+
+@router.post("/users/{user_name}/role", name="set_user_role")
+def set_user_role(role: str = Form(..., max_length=20), act: AccountAction = Depends(account_action)) -> Response:
     """A new role, in force at the user's next request; the last organizer cannot be demoted."""
-    return _manage(request, session, user, user_name, lambda account: set_role(session, account, role), "role set")
+    return act.run(lambda session, account: set_role(session, account, role), "role set")
 
 
 @router.post("/users/{user_name}/password", name="reset_user_password")
 def reset_user_password(
-    request: Request,
-    user_name: str = UserName,
     password: str = Form("", max_length=MAX_PASSWORD_LENGTH + 1),  # one over: the policy says why
-    user: CurrentUser = Depends(require("organizer")),
-    session: Session = db,
+    act: AccountAction = Depends(account_action),
 ) -> Response:
     """An organizer sets a new password (the password rules apply); every session of the user ends."""
     done = "password reset; their sessions ended"
-    return _manage(request, session, user, user_name, lambda account: reset_password(session, account, password), done)
+    return act.run(lambda session, account: reset_password(session, account, password), done)
 
 
 @router.post("/users/{user_name}/disable", name="disable_user")
-def disable(
-    request: Request,
-    user_name: str = UserName,
-    user: CurrentUser = Depends(require("organizer")),
-    session: Session = db,
-) -> Response:
+def disable(act: AccountAction = Depends(account_action)) -> Response:
     """No more sign-ins, and the user's sessions end; the last organizer cannot be disabled."""
-    done = "disabled; their sessions ended"
-    return _manage(request, session, user, user_name, lambda account: disable_user(session, account), done)
+    return act.run(disable_user, "disabled; their sessions ended")
 
 
 @router.post("/users/{user_name}/enable", name="enable_user")
-def enable(
-    request: Request,
-    user_name: str = UserName,
-    user: CurrentUser = Depends(require("organizer")),
-    session: Session = db,
-) -> Response:
-    return _manage(request, session, user, user_name, lambda account: enable_user(session, account), "enabled")
-
-
-def _manage(
-    request: Request,
-    session: Session,
-    user: CurrentUser,
-    user_name: str,
-    action: Callable[[User], None],
-    done: str,
-) -> Response:
-    """Run one account action; a refusal (raised before anything is written) is shown on the page."""
-    try:
-        account = user_or_404(session, user_name)
-        action(account)
-    except DomainError as error:
-        return _users_page(request, session, user, error=str(error), status=error.status)
-    request.session["users_notice"] = f"{account.name}: {done}"  # shown once, after the redirect
-    still_manages = account.name != user.name or (account.role == "organizer" and account.disabled_at is None)
-    target = "users_page" if still_manages else "account_page"  # who demoted themselves sees their new role
-    return RedirectResponse(str(path_for(request, target)), status_code=303)
+def enable(act: AccountAction = Depends(account_action)) -> Response:
+    return act.run(enable_user, "enabled")
 
 
 def _users_page(

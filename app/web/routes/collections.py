@@ -70,7 +70,10 @@ async def import_collection(
     """
     with tempfile.TemporaryDirectory(prefix="rubric-upload-") as tmp:
         form = await receive_form(request, Path(tmp), IMPORT_KINDS)
-        files = ImportFiles(**{kind: form.paths(kind) for kind in IMPORT_KINDS})
+        files = ImportFiles(**{kind: form.paths(kind) for kind in IMPORT_KINDS - {"judgments"}})
+        # another judge's graded qrels: named by the form's judge field, else by the file's name
+        judge = form.fields.get("judge", "").strip()
+        files.judgments_from = [(judge or f.name.split(".")[0], f.path) for f in form.files if f.field == "judgments"]
         try:
             name = _collection_name(form.fields.get("name", ""))
             counts = await run_in_threadpool(import_into, name, files)
@@ -84,7 +87,10 @@ async def import_collection(
     return RedirectResponse(str(path_for(request, "collection_page", name=name)), status_code=303)
 
 
-IMPORT_KINDS = frozenset({"passages", "queries", "bank", "runs", "qrels", "official", "responses"})
+IMPORT_KINDS = frozenset(
+    {"passages", "queries", "bank", "runs", "qrels", "official", "responses", "requests", "nuggets", "reports"}
+    | {"judgments"}
+)
 # the import form's file fields in form order, with their labels (the page says which ones to choose again)
 IMPORT_FIELDS = (
     ("passages", "Passages"),
@@ -94,6 +100,10 @@ IMPORT_FIELDS = (
     ("qrels", "Qrels"),
     ("official", "Official leaderboard"),
     ("responses", "Generated responses"),
+    ("requests", "AutoJudge requests"),
+    ("nuggets", "Nugget banks"),
+    ("reports", "AutoJudge reports"),
+    ("judgments", "Another judge's qrels"),
 )
 COLLECTION_NAME_MAX = 200  # Collection.name is String(200)
 

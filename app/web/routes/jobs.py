@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Depends, Form, HTTPException, Request
@@ -74,7 +74,8 @@ def _grader_text(job: Job) -> str:
     spec = GraderSpec.from_dict(job.params.get("grader", {}))
     if job.kind == "generate":
         return f"{spec.backend} {spec.model_name}"
-    prompt = spec.prompt_class if spec.backend != "similarity" or spec.prompt_class == "DirectSimilarity" else ""
+    shown = spec.backend != "similarity" or spec.prompt_class in ("DirectSimilarity", "NuggetSimilarity")
+    prompt = spec.prompt_class if shown else ""
     return " ".join(part for part in (spec.backend, spec.model_name, prompt, spec.mode) if part)
 
 
@@ -174,7 +175,7 @@ def _spec(backend: str, model: str, prompt_class: str, mode: str, run: RunOption
     """A validated grader from the form: the model is a configured label (or the backend's default)."""
     if backend not in ("similarity", "hf", "openai") or mode not in ("score", "generate"):
         raise Invalid("backend: similarity, hf or openai; mode: score or generate")
-    if backend == "similarity" and prompt_class not in ("Similarity", "DirectSimilarity"):
+    if backend == "similarity" and prompt_class not in ("Similarity", "DirectSimilarity", "NuggetSimilarity"):
         prompt_class = "Similarity"
     spec = GraderSpec(
         backend=backend,  # type: ignore[arg-type]
@@ -201,7 +202,7 @@ def _page_context(session: Session, collection: Any, user: CurrentUser) -> dict[
         "user": user,
         "collection": collection.name,
         "jobs": [job_row(j, user) for j in jobs],
-        "prompt_classes": ["Similarity", "DirectSimilarity", *prompt_class_names()],
+        "prompt_classes": ["Similarity", "DirectSimilarity", "NuggetSimilarity", *prompt_class_names()],
         "queries": list(
             session.scalars(select(Query.query_id).where(Query.collection_id == collection.id).order_by(Query.position))
         ),
@@ -353,26 +354,31 @@ def cancel(
     return RedirectResponse(f"{path_for(request, 'jobs_page', name=collection)}#job-{job.id}", status_code=303)
 
 
-@router.get("/jobs/{job_id}/row", name="job_row")
-def job_row_fragment(
-    request: Request,
+class ViewedJob(NamedTuple):
+    job: Job
+    user: CurrentUser
+
+
+def viewed_job(
     job_id: int = PathParam(ge=1, le=ID_MAX),
     user: CurrentUser = Depends(require("viewer")),
     session: Session = db,
-) -> Response:
+) -> ViewedJob:
+    """The job a viewer's GET names in its path (404 if none), and the viewer: the role is checked
+    first (dependencies before parameters), so a visitor who may not view learns nothing of the job."""
+    return ViewedJob(_job_or_404(session, job_id), user)
+
+
+@router.get("/jobs/{job_id}/row", name="job_row")
+def job_row_fragment(request: Request, viewed: ViewedJob = Depends(viewed_job)) -> Response:
     """One row of the jobs list, re-fetched on the job's own event: its final event swaps in the final row."""
-    job = _job_or_404(session, job_id)
+    job, user = viewed
     return render(request, "jobs.html", {"user": user, "j": job_row(job, user)}, block="job_row")
 
 
 @router.get("/jobs/{job_id}", name="job_page")
-def job_page(
-    request: Request,
-    job_id: int = PathParam(ge=1, le=ID_MAX),
-    user: CurrentUser = Depends(require("viewer")),
-    session: Session = db,
-) -> Response:
-    job = _job_or_404(session, job_id)
+def job_page(request: Request, viewed: ViewedJob = Depends(viewed_job), session: Session = db) -> Response:
+    job, user = viewed
     fragment = request.headers.get("hx-request") == "true"
     return _job_page(request, session, job, user, block="progress" if fragment else None)
 

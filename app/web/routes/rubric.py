@@ -11,6 +11,7 @@ from fastapi.responses import RedirectResponse, Response
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app.collections.nuggets_io import structure_view
 from app.collections.schemas import (
     INT32_MAX,
     ITEM_ID_MAX,
@@ -20,6 +21,7 @@ from app.collections.schemas import (
     SYSTEM_NAME_MAX,
 )
 from app.config import get_settings
+from app.errors import Invalid
 from app.grading.engine import CellScope
 from app.grading.models import configured_models
 from app.grading.service import GraderSpec, plan_for
@@ -27,7 +29,7 @@ from app.jobs.launch import collection_grader, launch_after_edit, launch_grading
 from app.models import BankItem, Collection, Job, Passage, Query, RubricVersion
 from app.review.flags import flags as item_flags
 from app.rubrics import history
-from app.rubrics.editing import EditConflict, ItemChange, apply_edit
+from app.rubrics.editing import ChildEdit, EditConflict, ItemChange, StructureEdit, apply_edit
 from app.rubrics.generation import accept_draft
 from app.rubrics.service import latest_version, version_by_number, version_item_pks
 from app.web import grader_view, grid_view
@@ -67,12 +69,51 @@ def rubric_items(
             "text": items[pk].text,
             "kind": items[pk].kind,
             "gold": "; ".join(str(g) for g in items[pk].gold_answers or []),
+            "importance": items[pk].importance,
+            "weight": items[pk].weight,
+            "structure": structure_view(items[pk].structure),
+            "sub_edit": _sub_edit_view(items[pk].structure),
+            "hash": items[pk].content_hash,
             "flagged": items[pk].item_id in flagged,
             "flag": flagged.get(items[pk].item_id),
         }
         for pk in pks
         if pk in items
     ]
+
+
+def _sub_edit_view(structure: Any) -> dict[str, Any]:
+    """The editor's sub-nugget rows: op and (id, text) of each child, with its own sub-nuggets read-only."""
+    children = structure.get("children") if isinstance(structure, dict) else None
+    rows = [
+        {"id": str(c.get("id") or ""), "text": str(c.get("text", "")), "sub": structure_view(c)}
+        for c in children or []
+        if isinstance(c, dict)
+    ]
+    op = structure.get("op") if isinstance(structure, dict) else None
+    return {"op": op if op in ("and", "or") else "or", "children": rows}
+
+
+def _weight_field(raw: str | None) -> float | Literal[""] | None:
+    """The form's weight: absent keeps the item's, blank clears it (the importance's default), else a number."""
+    if raw is None:
+        return None
+    if not raw.strip():
+        return ""
+    try:
+        return float(raw)
+    except ValueError:
+        raise Invalid(f"weight: a number, got {raw[:40]!r}") from None
+
+
+def _structure_field(sub_op: str | None, sub_id: list[str], sub_text: list[str]) -> StructureEdit | None:
+    """The form's sub-nugget rows (absent: kept as they are); a row left blank removes its sub-nugget."""
+    if sub_op is None:
+        return None
+    if len(sub_id) != len(sub_text):
+        raise Invalid("sub_id: one per sub_text (reload the page)")
+    rows = zip(sub_id, sub_text, strict=True)
+    return StructureEdit(sub_op, tuple(ChildEdit(text, child or None) for child, text in rows if text.strip()))
 
 
 def _drafts(session: Session, collection: Collection, query: Query) -> list[dict[str, Any]]:
@@ -180,6 +221,12 @@ def save_rubric(
     gold: str = Form("", max_length=MAX_TEXT, pattern=NO_NUL),
     position: int | None = Form(None, ge=0, le=MAX_POSITION),
     note: str = Form("", max_length=MAX_NOTE, pattern=NO_NUL),
+    importance: Literal["", "vital", "okay"] | None = Form(None),
+    weight: str | None = Form(None, max_length=40),
+    sub_op: str | None = Form(None, max_length=20),  # present: the form edits the sub-nuggets (checked by the edit)
+    sub_id: list[str] = Form([]),  # one per sub_text: an existing sub-nugget's id, "" for a new one
+    sub_text: list[str] = Form([]),
+    expected_hash: str | None = Form(None, max_length=64, pattern="^[0-9a-f]*$"),
     user: CurrentUser = Depends(require("judge")),
     session: Session = db,
 ) -> Response:
@@ -192,7 +239,19 @@ def save_rubric(
     collection = get_or_404(session, name)
     query = _query(session, collection, query_id)
     gold_answers = tuple(g.strip() for g in gold.split(";") if g.strip()) if gold.strip() else None
-    change = ItemChange(action, query_id, item_id or None, text or None, gold_answers, expected_text, position)
+    change = ItemChange(
+        action,
+        query_id,
+        item_id or None,
+        text or None,
+        gold_answers,
+        expected_text,
+        position,
+        importance=importance,
+        weight=_weight_field(weight),
+        structure=_structure_field(sub_op, sub_id, sub_text),
+        expected_hash=expected_hash or None,
+    )
     try:
         result = apply_edit(
             session, collection, [change], user=user.name, note=note, require_note=get_settings().require_edit_note
