@@ -15,9 +15,9 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.text import Text
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import OperationalError, ProgrammingError
 
-from app.db import is_busy
+from app.db import is_busy, is_unmigrated
 from app.errors import DomainError
 from app.evaluation.formatting import TableFormat, render_tables
 from app.leaderboards import measures
@@ -45,6 +45,22 @@ GraderOpt = Annotated[
 ]
 FormatOpt = Annotated[str, typer.Option("--format", help="tsv, json, md or latex.")]
 MEASURE_HELP = measures.HELP
+# The leaderboard settings' options, shared by every command that computes a board (leaderboard, compare,
+# export leaderboard, export bundle), so their bounds and help cannot drift apart.
+MinRatingOpt = Annotated[
+    int | None,
+    typer.Option("--min-rating", min=0, max=1000, help="Relevance threshold τ (trec_eval -l; Cover threshold)."),
+]
+TopKOpt = Annotated[
+    int, typer.Option("--top-k", min=1, max=10_000, help="Cover's and the nugget scores' rank cut-off (inclusive).")
+]
+LabelOpt = Annotated[str, typer.Option("--label", help="Qrels label: max, min-answers:M or count.")]
+RubricVersionOpt = Annotated[
+    int | None, typer.Option("--rubric-version", min=1, max=2**31 - 1, help="Only count items of this version.")
+]
+ExcludeFlaggedOpt = Annotated[
+    bool, typer.Option("--exclude-flagged", help="Leave out the items judges flagged as spurious.")
+]
 # an imported judge's level: its grades from L count as relevant (UMBRELA's 0-3: 2); bounds of app/agreement/external.py
 MinExternalOpt = Annotated[
     int, typer.Option("--min-external", min=1, max=1000, help="The judge's relevant grades start here (UMBRELA: 2).")
@@ -65,8 +81,10 @@ def _user_errors() -> Iterator[None]:
         yield
     except DomainError as exc:
         _fail(str(exc))
-    except OperationalError as exc:
-        if not is_busy(exc):
+    except (OperationalError, ProgrammingError) as exc:
+        if is_unmigrated(exc):
+            _fail("the database lacks the workbench's tables (new, or at an older schema): run `rubric db upgrade`")
+        if not isinstance(exc, OperationalError) or not is_busy(exc):
             raise
         _fail("the database is busy: locked by another process (a running job or import); try again in a moment")
 
@@ -208,20 +226,13 @@ def _import_bundle(word: str, path: Path, files: Any) -> None:
 def leaderboard_command(
     collection: CollectionArg,
     measure: Annotated[str, typer.Option("--measure", help=MEASURE_HELP)],
-    min_rating: Annotated[
-        int | None,
-        typer.Option("--min-rating", min=0, max=1000, help="Relevance threshold τ (trec_eval -l; Cover threshold)."),
-    ] = None,
-    top_k: Annotated[
-        int, typer.Option("--top-k", min=1, max=10_000, help="Cover's rank cut-off (inclusive, raw rank).")
-    ] = 20,
-    label: Annotated[str, typer.Option("--label", help="Qrels label: max, min-answers:M or count.")] = "max",
+    min_rating: MinRatingOpt = None,
+    top_k: TopKOpt = 20,
+    label: LabelOpt = "max",
     grader: GraderOpt = None,
     model: ModelOpt = None,
     prompt_class: PromptClassOpt = None,
-    rubric_version: Annotated[
-        int | None, typer.Option("--rubric-version", min=1, max=2**31 - 1, help="Only count items of this version.")
-    ] = None,
+    rubric_version: RubricVersionOpt = None,
     official: Annotated[
         Path | None, typer.Option("--official", help="Official leaderboard JSON (default: imported one).")
     ] = None,
@@ -245,9 +256,7 @@ def leaderboard_command(
             help="Manual judgments' relevance level for --per-query-correlation (TREC DL: 2).",
         ),
     ] = 2,
-    exclude_flagged: Annotated[
-        bool, typer.Option("--exclude-flagged", help="Leave out the items judges flagged as spurious.")
-    ] = False,
+    exclude_flagged: ExcludeFlaggedOpt = False,
     significance: Annotated[
         bool,
         typer.Option(
@@ -282,28 +291,23 @@ def leaderboard_command(
     """Score every system and correlate with the official leaderboard (the web's leaderboard page)."""
     from app.collections.readers import read_official
     from app.collections.service import get_collection
-    from app.config import get_settings
     from app.leaderboards import service
     from app.leaderboards.analysis import leaderboard_analysis, leaderboard_analysis_json, significance_tables
     from app.leaderboards.measures import TrecMeasure
 
-    settings = get_settings()
     output = _format(fmt)
-    with _user_errors():  # the settings are checked before any database work: a bad option names itself
-        checked = service.check_request(
-            service.LeaderboardRequest(
-                measure=measure,
-                min_rating=min_rating,
-                top_k=top_k,
-                label=label,
-                rubric_version=rubric_version,
-                reference_rounding=reference_rounding,
-                bootstrap_samples=bootstrap if bootstrap is not None else settings.bootstrap_samples,
-                bootstrap_seed=seed if seed is not None else settings.bootstrap_seed,
-                exclude_flagged=exclude_flagged,
-                include_overrides=overrides,
-            )
-        )
+    checked = _board_request(
+        measure,
+        min_rating,
+        top_k,
+        label,
+        rubric_version,
+        reference_rounding,
+        bootstrap,
+        seed,
+        overrides,
+        exclude_flagged,
+    )
     if per_query_correlation and not isinstance(checked.measure, TrecMeasure):
         _fail("--per-query-correlation needs a trec_eval measure")
     if judge is not None:
@@ -334,6 +338,41 @@ def leaderboard_command(
             from app.leaderboards.ppi import ppi_table
 
             typer.echo("\n" + ppi_table(result.ppi).render(output), nl=False)
+
+
+def _board_request(
+    measure: str,
+    min_rating: int | None,
+    top_k: int,
+    label: str,
+    rubric_version: int | None,
+    reference_rounding: bool,
+    bootstrap: int | None,
+    seed: int | None,
+    overrides: bool,
+    exclude_flagged: bool,
+) -> LeaderboardRequest:
+    """A board's options as a checked request, before any database work (a bad option names itself);
+    an unset ``--bootstrap``/``--seed`` takes the environment's default here, once."""
+    from app.config import get_settings
+    from app.leaderboards import service
+
+    settings = get_settings()
+    with _user_errors():
+        return service.check_request(
+            service.LeaderboardRequest(
+                measure=measure,
+                min_rating=min_rating,
+                top_k=top_k,
+                label=label,
+                rubric_version=rubric_version,
+                reference_rounding=reference_rounding,
+                bootstrap_samples=bootstrap if bootstrap is not None else settings.bootstrap_samples,
+                bootstrap_seed=seed if seed is not None else settings.bootstrap_seed,
+                exclude_flagged=exclude_flagged,
+                include_overrides=overrides,
+            )
+        )
 
 
 def _judge_leaderboard(
@@ -395,7 +434,7 @@ def export_qrels(
     grader: GraderOpt = None,
     model: ModelOpt = None,
     prompt_class: PromptClassOpt = None,
-    rubric_version: Annotated[int | None, typer.Option("--rubric-version", min=1, max=2**31 - 1)] = None,
+    rubric_version: RubricVersionOpt = None,
 ) -> None:
     """Write derived qrels: one line per graded passage, grade-0 passages included."""
     from app.collections.service import get_collection
@@ -427,21 +466,14 @@ def export_leaderboard(
     fmt: Annotated[
         str, typer.Option("--format", help="trec_eval, ir_measures or jsonl: the layouts autojudge-evaluate reads.")
     ] = "ir_measures",
-    min_rating: Annotated[
-        int | None,
-        typer.Option("--min-rating", min=0, max=1000, help="Relevance threshold τ (trec_eval -l; Cover threshold)."),
-    ] = None,
-    top_k: Annotated[
-        int, typer.Option("--top-k", min=1, max=10_000, help="Cover's and the nugget scores' rank cut-off.")
-    ] = 20,
-    label: Annotated[str, typer.Option("--label", help="Qrels label: max, min-answers:M or count.")] = "max",
+    min_rating: MinRatingOpt = None,
+    top_k: TopKOpt = 20,
+    label: LabelOpt = "max",
     grader: GraderOpt = None,
     model: ModelOpt = None,
     prompt_class: PromptClassOpt = None,
-    rubric_version: Annotated[int | None, typer.Option("--rubric-version", min=1, max=2**31 - 1)] = None,
-    exclude_flagged: Annotated[
-        bool, typer.Option("--exclude-flagged", help="Leave out the items judges flagged as spurious.")
-    ] = False,
+    rubric_version: RubricVersionOpt = None,
+    exclude_flagged: ExcludeFlaggedOpt = False,
 ) -> None:
     """Write every system's per-query and overall scores for autojudge-evaluate (docs/formats.md)."""
     from app.collections.service import get_collection
@@ -475,17 +507,17 @@ def export_bundle(
     collection: CollectionArg,
     out: Annotated[Path, typer.Option("--out", help="Output .tar.gz (docs/bundles.md).")],
     measure: Annotated[str, typer.Option("--measure", help=MEASURE_HELP)] = "cover",
-    min_rating: Annotated[int | None, typer.Option("--min-rating", min=0, max=1000, help="Threshold τ.")] = None,
-    top_k: Annotated[int, typer.Option("--top-k", min=1, max=10_000, help="Cover's rank cut-off.")] = 20,
-    label: Annotated[str, typer.Option("--label", help="Qrels label: max, min-answers:M or count.")] = "max",
+    min_rating: MinRatingOpt = None,
+    top_k: TopKOpt = 20,
+    label: LabelOpt = "max",
     grader: GraderOpt = None,
-    rubric_version: Annotated[int | None, typer.Option("--rubric-version", min=1, max=2**31 - 1)] = None,
+    rubric_version: RubricVersionOpt = None,
     reference_rounding: Annotated[bool, typer.Option("--reference-rounding")] = False,
     bootstrap: Annotated[int | None, typer.Option("--bootstrap", min=0, max=100_000)] = None,
     seed: Annotated[int | None, typer.Option("--seed", min=0, max=2**32 - 1)] = None,
     per_query_correlation: Annotated[bool, typer.Option("--per-query-correlation")] = False,
     min_judgment: Annotated[int, typer.Option("--min-judgment", min=1, max=4)] = 2,
-    exclude_flagged: Annotated[bool, typer.Option("--exclude-flagged")] = False,
+    exclude_flagged: ExcludeFlaggedOpt = False,
     overrides: Annotated[bool, typer.Option("--overrides", help="Judges' overrides replace the ratings.")] = False,
     significance: Annotated[bool, typer.Option("--significance")] = False,
     trials: Annotated[int, typer.Option("--trials", min=100, max=100_000)] = 10_000,
@@ -494,25 +526,22 @@ def export_bundle(
     from app.collections.bundle import board_settings, write_bundle
     from app.collections.graders import resolve_grader
     from app.collections.service import get_collection
-    from app.config import get_settings
-    from app.leaderboards.service import LeaderboardRequest
 
-    settings = get_settings()
+    checked = _board_request(
+        measure,
+        min_rating,
+        top_k,
+        label,
+        rubric_version,
+        reference_rounding,
+        bootstrap,
+        seed,
+        overrides,
+        exclude_flagged,
+    )
     with _user_errors(), _session() as session:
         target = get_collection(session, collection)
-        request = LeaderboardRequest(
-            measure=measure,
-            min_rating=min_rating,
-            top_k=top_k,
-            label=label,
-            rubric_version=rubric_version,
-            reference_rounding=reference_rounding,
-            bootstrap_samples=bootstrap if bootstrap is not None else settings.bootstrap_samples,
-            bootstrap_seed=seed if seed is not None else settings.bootstrap_seed,
-            include_overrides=overrides,
-            exclude_flagged=exclude_flagged,
-            grader_id=resolve_grader(session, target, grader_id=grader).id,
-        )
+        request = replace(checked, grader_id=resolve_grader(session, target, grader_id=grader).id)
         chosen = board_settings(
             request,
             per_query_level=min_judgment if per_query_correlation else None,
@@ -704,7 +733,7 @@ def compare_command(
         int | None, typer.Option("--min-rating", min=0, max=1000, help="Relevance threshold τ (default 4).")
     ] = 4,
     top_k: Annotated[int, typer.Option("--top-k", min=1, max=10_000, help="Cover's rank cut-off.")] = 20,
-    label: Annotated[str, typer.Option("--label", help="Qrels label: max, min-answers:M or count.")] = "max",
+    label: LabelOpt = "max",
     fmt: Annotated[str, typer.Option("--format", help="tsv, json or md.")] = "tsv",
 ) -> None:
     """Two leaderboards side by side (rubric versions or graders): rank changes and Kendall τ (the web's compare)."""

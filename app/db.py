@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from functools import lru_cache
 
 from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 log = logging.getLogger(__name__)
@@ -82,6 +82,15 @@ def is_busy(error: OperationalError) -> bool:
     """A locked SQLite file or an unreachable server: the database's state, not a bug; retrying may work."""
     text = str(error.orig).lower()
     return any(sign in text for sign in ("locked", "busy", "could not connect", "connection", "timeout"))
+
+
+def is_unmigrated(error: DBAPIError) -> bool:
+    """A table or column the code expects is missing: a database never upgraded (or left at an older
+    revision), which ``rubric db upgrade`` fixes; SQLite and PostgreSQL word it differently."""
+    text = str(error.orig).lower()
+    return "no such table" in text or "no such column" in text or (
+        "does not exist" in text and ("relation" in text or "column" in text)
+    )
 
 
 def after_commit(session: Session, callback: Callable[[], object]) -> None:

@@ -132,6 +132,11 @@ def test_ids_the_column_layouts_cannot_hold_are_refused(tmp_path: Path) -> None:
     write_leaderboard(rows, "jsonl", tmp_path / "x.jsonl")  # jsonl holds any id
     with pytest.raises(Invalid, match="trec_eval file"):
         write_leaderboard([EvalRow(".hidden", "q1", "cover", 1.0)], "trec_eval", tmp_path / "runs")
+    for hostile in ("../escape", "/etc/x", "a/b", "..", "nul\x00", "é"):
+        with pytest.raises(Invalid, match="trec_eval file"):  # a good run first: nothing is written at all
+            rows = [EvalRow("good", "all", "cover", 1.0), EvalRow(hostile, "all", "cover", 1.0)]
+            write_leaderboard(rows, "trec_eval", tmp_path / "t")
+    assert not (tmp_path / "t").exists() and not (tmp_path / "escape").exists()
     with pytest.raises(Invalid, match="cannot write"):
         write_leaderboard(rows, "jsonl", tmp_path)  # a directory where a file goes
 

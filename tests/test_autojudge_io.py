@@ -263,6 +263,16 @@ def test_hostile_interop_input_is_refused_with_file_line_and_field(database: Dat
     assert "no rubric version 9" in cli("export", "nuggets", "rag", "--version", "9", "--out", tmp_path / "o", expect=2)
     with database.session() as session:
         assert session.scalars(select(BankItem)).all() == []
+    spaced = write_jsonl(tmp_path / "s.jsonl", [report | {"metadata": {"run_id": "r x", "topic_id": "t1"}}])
+    assert "field 'metadata.run_id'" in cli("import", "rag", "--reports", spaced, expect=2)
+    # a run id that is a path: stored as a name, never followed when it becomes a file name
+    escape = report | {"metadata": {"run_id": "../escape", "topic_id": "t1"}, "answer": [{"text": "x"}]}
+    cli("import", "rag", "--reports", write_jsonl(tmp_path / "e.jsonl", [escape]))
+    assert "cannot name a run file" in cli("export", "runs", "rag", "--out", tmp_path / "out" / "runs", expect=2)
+    assert not (tmp_path / "out").exists()
+    nuggets = write_jsonl(tmp_path / "n.jsonl", [{"qid": "t1", "query": "q", "nuggets": [{"text": "n"}]}])
+    cli("import", "rag", "--nuggets", nuggets)
+    assert "cannot write" in cli("export", "nuggets", "rag", "--version", "1", "--out", tmp_path, expect=2)
 
 
 def test_the_rag_sample_is_valid_autojudge_data_and_imports(

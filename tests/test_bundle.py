@@ -181,6 +181,9 @@ def test_round_trip_sqlite_postgres_sqlite_is_byte_identical(
     again = tmp_path / "from-postgres.tar.gz"
     cli("export", "bundle", "dl19", "--out", again, *SETTINGS)
     from_postgres = _members(again)
+    # a directory where the file goes is the user's mistake (exit 2), and no partial file is left beside it
+    assert "cannot write" in cli("export", "bundle", "dl19", "--out", tmp_path, *SETTINGS, expect=2)
+    assert [p.name for p in tmp_path.iterdir()] == [again.name]
     # every table and the board are the same bytes, whichever database wrote them
     assert {n: d for n, d in from_postgres.items() if n != MANIFEST} == {
         n: d for n, d in source.members.items() if n != MANIFEST
@@ -246,6 +249,29 @@ def test_a_bad_row_names_member_line_and_field_and_leaves_the_database_empty(
     code, _, err = _run("import", "bundle", _rebuild(source.bundle, tmp_path / "bad.tar.gz", bad_row))
     assert code == 2 and f"{last}, line 2, field" in err
     assert _count(Collection) == _count(Query) == 0  # one transaction: the tables imported before it are gone too
+
+
+def test_rows_no_importer_lets_in_are_refused_not_stored(
+    source: Source, tmp_path: Path, sqlite_template: Path, use_url: Callable[[str], None]
+) -> None:
+    """NaN in a number, NUL in a text, brackets nested past the stack: exit 2 naming the field, nothing stored."""
+    first_grade = source.members["tables/grade.jsonl"].splitlines()[0]
+    row = json.loads(first_grade)
+    hostile = {
+        "nan": (json.dumps(row | {"expected_grade": float("nan")}).encode(), "line 1, field 'expected_grade': must be"),
+        "nul": (json.dumps(row | {"item_id": "a\x00b"}).encode(), "line 1, field 'item_id': contains a NUL"),
+        "deep": (b"[" * 100_000, "line 1: not a JSON line"),
+    }
+    use_url(_sqlite_copy(tmp_path, sqlite_template))
+    for name, (line, message) in hostile.items():
+
+        def change(members: dict[str, bytes], line: bytes = line) -> dict[str, bytes]:
+            grades = members["tables/grade.jsonl"]
+            return _with_hashes({**members, "tables/grade.jsonl": grades.replace(first_grade, line, 1)})
+
+        code, _, err = _run("import", "bundle", _rebuild(source.bundle, tmp_path / f"{name}.tar.gz", change))
+        assert code == 2 and f"tables/grade.jsonl, {message}" in err, err
+    assert _count(Collection) == 0
 
 
 def _tar_gz(entries: list[tarfile.TarInfo], data: bytes = b"{}") -> bytes:

@@ -89,6 +89,7 @@ BAD_FILES = {
     ),
     "passages-long-query": ("--passages", "p.jsonl", '["' + "q" * 201 + '", []]\n', ["line 1", "'query_id'"]),
     "bank-deep": ("--bank", "b.jsonl", DEEP + "\n", ["line 1", "nested deeper"]),
+    "nuggets-unbalanced": ("--nuggets", "n.jsonl", "[" * 100_000 + "\n", ["line 1", "nested deeper"]),
     "bank-long-item": (
         "--bank",
         "b.jsonl",

@@ -74,6 +74,7 @@ class AgreementAnalysis:
     sweep: tuple[SweepPoint, ...]
     per_item: tuple[ItemKappa, ...]  # lowest κ first; only the newest rubric version's items
     overrides: OverrideAgreement | None  # None: no override of a cell the grader rated
+    judged_passages: int = 0  # graded passages with a manual judgment: 0 leaves κ, the sweep and per-item empty
 
 
 def agreement_analysis(
@@ -105,6 +106,7 @@ def agreement_analysis(
         sweep=tuple(_sweep_point(data, entries, relevant, tau, official) for tau in SWEEP),
         per_item=_in_rubric(item_kappas(data.grades, entries, relevant), queries.load_bank(session, latest)),
         overrides=override_agreement(data.grades, _overrides(session, data)),
+        judged_passages=len(entries),
     )
 
 

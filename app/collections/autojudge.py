@@ -27,10 +27,10 @@ from sqlalchemy.orm import Session
 
 from app.collections.errors import ImportFormatError
 from app.collections.nuggets_io import validated
-from app.collections.readers import RunLine, check_length, iter_lines, load_json, read_qrels
+from app.collections.readers import RunLine, check_length, iter_lines, load_json
 from app.collections.responses import SEGMENT_TOKENS, segment, token_count
 from app.collections.schemas import PASSAGE_ID_MAX, QUERY_ID_MAX, SYSTEM_NAME_MAX
-from app.collections.service import CollectionWriter, ImportReport, _write_ranked_lines
+from app.collections.service import CollectionWriter, ImportReport, _write_ranked_lines, pooled_qrels
 from app.errors import Invalid
 from app.models import Citation, Collection, ExternalJudgment, Query
 from app.sqlutil import upsert
@@ -64,7 +64,8 @@ class SentenceIn(_In):
 
 
 class ReportMetaIn(_In):
-    run_id: Annotated[StrictStr, Field(min_length=1, max_length=SYSTEM_NAME_MAX)]
+    # a system name: a TREC run file's sixth column and an export's file name, so no whitespace
+    run_id: Annotated[StrictStr, Field(min_length=1, max_length=SYSTEM_NAME_MAX, pattern=r"^\S+$")]
     team_id: StrictStr | None = None
     topic_id: Id | None = None
     narrative_id: Id | None = None
@@ -277,33 +278,10 @@ def import_judgments_from(session: Session, collection: Collection, source: str,
     """Graded qrels of judge ``source`` (TREC qrels, any integer grades): its judgments, replaced per passage."""
     source = judge_source(source)
     writer = CollectionWriter(session, collection)
-    file = str(path)
-    lines = list(read_qrels(path))
-    seen: set[tuple[str, str]] = set()
-    for line in lines:
-        if (line.query_id, line.passage_id) in seen:
-            raise ImportFormatError(
-                file, line.line, "docno", f"duplicate judgment of {line.passage_id!r} for query {line.query_id!r}"
-            )
-        seen.add((line.query_id, line.passage_id))
-        writer.known_query(line.query_id, file, line.line)
-    first_line = {line.passage_id: line.line for line in reversed(lines)}
-    passage_pks = writer.ensure_passages({line.passage_id: None for line in lines}, file, first_line)
-    by_query: dict[str, list[Any]] = {}
-    for line in lines:
-        by_query.setdefault(line.query_id, []).append(line)
-    rows = []
-    for query_id, query_lines in by_query.items():
-        entries = writer.ensure_pool(writer.query_pks[query_id], [passage_pks[x.passage_id] for x in query_lines])
-        rows += [
-            {
-                "collection_id": collection.id,
-                "pool_entry_pk": entries[passage_pks[x.passage_id]],
-                "source": source,
-                "relevance": x.relevance,
-            }
-            for x in query_lines
-        ]
+    rows = [
+        {"collection_id": collection.id, "pool_entry_pk": entry, "source": source, "relevance": line.relevance}
+        for line, entry in pooled_qrels(writer, path)
+    ]
     upsert(session, ExternalJudgment, rows, keys=("source", "pool_entry_pk"), update=("relevance",))
     writer.report.add(f"judgments of {source}", len(rows))
     session.flush()

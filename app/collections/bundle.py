@@ -18,6 +18,7 @@ import gzip
 import hashlib
 import io
 import json
+import math
 import shlex
 import tarfile
 import tempfile
@@ -386,15 +387,30 @@ def write_bundle(session: Session, collection: Collection, settings: BoardSettin
             ],
         }
         (staged / MANIFEST).write_text(json.dumps(manifest, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-        with tarfile.open(out, "w:gz", format=tarfile.PAX_FORMAT) as tar:
-            for name in [MANIFEST, *names]:
+        try:
+            _write_archive(staged, [MANIFEST, *names], out)
+        except OSError as error:  # a directory, no such folder, no permission, a full disk: the user's path
+            raise Invalid(f"cannot write {str(out)[:200]!r}: {error.strerror or error}") from error
+    return BundleSummary(out, out.stat().st_size, len(names) + 1, rows)
+
+
+def _write_archive(staged: Path, names: list[str], out: Path) -> None:
+    """The tar.gz written beside ``out`` and renamed onto it: ``out`` is never a half-written bundle."""
+    handle, part_name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name[:100]}.", suffix=".part")
+    part = Path(part_name)
+    try:
+        with open(handle, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
+            for name in names:
                 info = tar.gettarinfo(str(staged / name), arcname=name)
                 info.uid = info.gid = 0
                 info.uname = info.gname = ""
                 info.mode = 0o644
-                with (staged / name).open("rb") as handle:
-                    tar.addfile(info, handle)
-    return BundleSummary(out, out.stat().st_size, len(names) + 1, rows)
+                with (staged / name).open("rb") as member:
+                    tar.addfile(info, member)
+        part.chmod(0o644)
+        part.replace(out)
+    finally:
+        part.unlink(missing_ok=True)
 
 
 # ---- reading ---------------------------------------------------------------------------------
@@ -660,8 +676,8 @@ def _insert(session: Session, table: Table, member: str, rows: list[dict[str, An
 def _decode_row(member: str, line_no: int, raw: bytes, columns: dict[str, Any]) -> dict[str, Any]:
     try:
         record = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise ImportFormatError(member, line_no, None, f"not a JSON line ({exc})") from exc
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # RecursionError: brackets nested past the stack
+        raise ImportFormatError(member, line_no, None, f"not a JSON line ({str(exc)[:200]})") from None
     if not isinstance(record, dict):
         raise ImportFormatError(member, line_no, None, "must be a JSON object")
     unknown = sorted(set(record) - set(columns))
@@ -693,8 +709,8 @@ def _decode_value(member: str, line_no: int, column: Any, value: Any) -> Any:
             raise bad("must be an integer")
         return value
     if isinstance(kind, Float):
-        if not isinstance(value, int | float) or isinstance(value, bool):
-            raise bad("must be a number")
+        if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
+            raise bad("must be a finite number")  # json reads NaN and Infinity, which no importer lets in
         return float(value)
     if isinstance(kind, DateTime):
         try:
@@ -707,6 +723,8 @@ def _decode_value(member: str, line_no: int, column: Any, value: Any) -> Any:
     if isinstance(kind, String):
         if not isinstance(value, str):
             raise bad("must be text")
+        if "\x00" in value:
+            raise bad("contains a NUL character")  # PostgreSQL text cannot hold NUL; SQLite's must not either
         if kind.length is not None and len(value) > kind.length:
             raise bad(f"is longer than {kind.length} characters")
         return value

@@ -13,6 +13,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.collections.grades_io import direct_grades_entry, exam_grades_entry
+from app.errors import Invalid
 from app.models import (
     DIRECT_ITEM,
     Collection,
@@ -168,8 +169,11 @@ def write_interchange(session: Session, collection: Collection, path: Path) -> i
 
 
 def write_runs(session: Session, collection: Collection, directory: Path) -> list[Path]:
-    """One ``{system}.run`` per system, ordered by query then rank."""
-    directory.mkdir(parents=True, exist_ok=True)
+    """One ``{system}.run`` per system, ordered by query then rank.
+
+    A system name that is no plain file name (a path separator, a leading dot: ``../x`` from an
+    imported report's run id) is refused before anything is written, never followed out of ``directory``.
+    """
     rows = session.execute(
         select(System.name, Query.query_id, Passage.passage_id, RankingEntry.rank, RankingEntry.score)
         .join(RankingEntry, RankingEntry.system_pk == System.id)
@@ -182,6 +186,10 @@ def write_runs(session: Session, collection: Collection, directory: Path) -> lis
     lines: dict[str, list[str]] = defaultdict(list)
     for system, query_id, passage_id, rank, score in rows:
         lines[system].append(f"{query_id} Q0 {passage_id} {rank} {score!r} {system}\n")
+    for system in lines:
+        if system.startswith(".") or "/" in system or "\\" in system:
+            raise Invalid(f"system {system[:60]!r} cannot name a run file in {str(directory)[:200]!r}")
+    directory.mkdir(parents=True, exist_ok=True)
     paths = []
     for system, text in lines.items():
         path = directory / f"{system}.run"

@@ -36,6 +36,7 @@ from app.collections.errors import ImportFormatError
 from app.collections.readers import check_length, iter_lines, load_json
 from app.collections.schemas import ITEM_ID_MAX, QUERY_ID_MAX
 from app.collections.service import CollectionWriter, ImportReport
+from app.errors import Invalid
 from app.models import BankItem, Collection, Query, RubricVersion, RubricVersionItem
 from app.rubrics.service import ItemSpec, item_id_for, new_version_if_changed, store_items, version_by_number
 
@@ -532,9 +533,12 @@ def write_nugget_banks(session: Session, collection: Collection, number: int, ou
     """Write rubric version ``number`` as NuggetBanks v3 JSONL (gzip when ``out`` ends in .gz); banks written."""
     banks = nugget_banks(session, collection, number)
     text = "".join(json.dumps(bank, ensure_ascii=False) + "\n" for bank in banks)
-    if out.name.endswith(".gz"):
-        with gzip.open(out, "wt", encoding="utf-8") as handle:
-            handle.write(text)
-    else:
-        out.write_text(text, encoding="utf-8")
+    try:  # a path that cannot be written (a directory, no such folder, no permission) is the user's mistake
+        if out.name.endswith(".gz"):
+            with gzip.open(out, "wt", encoding="utf-8") as handle:
+                handle.write(text)
+        else:
+            out.write_text(text, encoding="utf-8")
+    except OSError as error:
+        raise Invalid(f"cannot write {str(out)[:200]!r}: {error.strerror or error}") from error
     return len(banks)

@@ -144,7 +144,9 @@ def load_json(file: str, line_no: int | None, text: str) -> Any:
     except json.JSONDecodeError as exc:
         where = line_no if line_no is not None else exc.lineno
         raise ImportFormatError(file, where, None, f"invalid JSON ({exc.msg} at column {exc.colno})") from None
-    except (ValueError, RecursionError) as exc:  # NaN/Infinity, a float overflow, an int over 4300 digits
+    except RecursionError:  # unbalanced brackets, which the depth check leaves to the parser
+        raise ImportFormatError(file, line_no, None, f"JSON nested deeper than {MAX_JSON_DEPTH} levels") from None
+    except ValueError as exc:  # NaN/Infinity, a float overflow, an int over 4300 digits
         raise ImportFormatError(file, line_no, None, f"invalid number ({exc})") from None
     if "\\u0000" in text:
         field = _nul_path(value)

@@ -15,6 +15,7 @@ from app.collections import grades_io
 from app.collections.errors import CollectionNotFound, ImportFormatError
 from app.collections.readers import (
     InterchangeLine,
+    QrelsLine,
     read_interchange,
     read_official,
     read_qrels,
@@ -398,9 +399,9 @@ def _write_ranked_lines(writer: CollectionWriter, lines: list[Any], system_pk: i
     writer.write_rankings(rows)
 
 
-def import_qrels(session: Session, collection: Collection, path: Path) -> ImportReport:
-    """Import TREC qrels as each listed passage's judgment (replacing the passage's judgments)."""
-    writer = CollectionWriter(session, collection)
+def pooled_qrels(writer: CollectionWriter, path: Path) -> list[tuple[QrelsLine, int]]:
+    """A qrels file's lines, each with its pool entry (pooled where missing); a passage judged twice
+    for one query, or a query the collection lacks, is an error naming the file and line."""
     file = str(path)
     lines = list(read_qrels(path))
     seen: set[tuple[str, str]] = set()
@@ -413,14 +414,22 @@ def import_qrels(session: Session, collection: Collection, path: Path) -> Import
         writer.known_query(line.query_id, file, line.line)
     first_line = {line.passage_id: line.line for line in reversed(lines)}
     passage_pks = writer.ensure_passages({line.passage_id: None for line in lines}, file, first_line)
-    judgments: dict[int, list[tuple[int, str | None]]] = {}
-    by_query: dict[str, list[Any]] = {}
+    by_query: dict[str, list[QrelsLine]] = {}
     for line in lines:
         by_query.setdefault(line.query_id, []).append(line)
+    pooled: list[tuple[QrelsLine, int]] = []
     for query_id, query_lines in by_query.items():
         entries = writer.ensure_pool(writer.query_pks[query_id], [passage_pks[x.passage_id] for x in query_lines])
-        for x in query_lines:
-            judgments[entries[passage_pks[x.passage_id]]] = [(x.relevance, query_id)]
+        pooled += [(x, entries[passage_pks[x.passage_id]]) for x in query_lines]
+    return pooled
+
+
+def import_qrels(session: Session, collection: Collection, path: Path) -> ImportReport:
+    """Import TREC qrels as each listed passage's judgment (replacing the passage's judgments)."""
+    writer = CollectionWriter(session, collection)
+    judgments: dict[int, list[tuple[int, str | None]]] = {
+        entry: [(line.relevance, line.query_id)] for line, entry in pooled_qrels(writer, path)
+    }
     writer.replace_judgments(judgments)
     session.flush()
     return writer.report

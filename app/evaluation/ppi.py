@@ -185,18 +185,24 @@ def within(estimate: PPIEstimate, low: float = 0.0, high: float = 1.0) -> PPIEst
 
     The true value lies in the range, so intersecting the interval with it never drops the truth
     (coverage unchanged), and clipping the point estimate never moves it further from the truth
-    (it trades the estimator's unbiasedness for a smaller error).
+    (it trades the estimator's unbiasedness for a smaller error). An interval that lies wholly
+    outside the range would clip to a single point and read as certainty; it only shows that the
+    normal approximation has broken down (too few labelled rows), so it becomes no interval.
     """
 
     def clip(value: float | None) -> float | None:
         return None if value is None else min(max(value, low), high)
 
-    return replace(
-        estimate,
-        estimate=min(max(estimate.estimate, low), high),
-        ci_low=clip(estimate.ci_low),
-        ci_high=clip(estimate.ci_high),
-    )
+    clipped = replace(estimate, estimate=min(max(estimate.estimate, low), high))
+    if estimate.ci_low is None or estimate.ci_high is None:
+        return clipped
+    if estimate.ci_low > high or estimate.ci_high < low:
+        reason = (
+            f"none: the interval [{estimate.ci_low:.3f}, {estimate.ci_high:.3f}] lies outside [{low:g}, {high:g}]"
+            f" (too few labelled rows for the normal approximation)"
+        )
+        return replace(clipped, stderr=None, ci_low=None, ci_high=None, no_interval=reason)
+    return replace(clipped, ci_low=clip(estimate.ci_low), ci_high=clip(estimate.ci_high))
 
 
 def _no_interval(n: int, n_units: int, variance: float, support: int) -> str | None:

@@ -87,14 +87,15 @@ def _write(rows: Sequence[EvalRow], fmt: ExportFormat, out: Path) -> list[Path]:
     if fmt == "ir_measures":
         out.write_text("".join(f"{r.run_id}\t{r.topic_id}\t{r.measure}\t{r.value!r}\n" for r in rows), encoding="utf-8")
         return [out]
-    out.mkdir(parents=True, exist_ok=True)
     by_run: dict[str, list[EvalRow]] = {}
     for row in rows:
         by_run.setdefault(row.run_id, []).append(row)
-    paths = []
-    for run_id, run_rows in by_run.items():
+    for run_id in by_run:  # every name checked before the first file is written: no half-written directory
         if not _FILE_NAME.match(run_id):
             raise Invalid(f"run {run_id[:60]!r} cannot name a trec_eval file: use --format ir_measures or jsonl")
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for run_id, run_rows in by_run.items():
         path = out / run_id
         path.write_text("".join(f"{r.measure}\t{r.topic_id}\t{r.value!r}\n" for r in run_rows), encoding="utf-8")
         paths.append(path)

@@ -450,7 +450,8 @@ def ppi_table(board: PPIBoard) -> Table:
     ]
     footer = [
         sample_line(board),
-        f"{round((1 - board.alpha) * 100)} % intervals; Cover at top {board.top_k}, threshold {board.min_rating}; "
+        f"{round((1 - board.alpha) * 100)} % intervals; Cover at top {board.top_k}, "
+        f"threshold {'none (any answered item)' if board.min_rating is None else board.min_rating}; "
         f"{p} relevant at label ≥ {board.level} ({board.label}); λ: PPI++ power tuning of {p}, one λ for all "
         "systems (Cover: λ = 1); estimates and intervals clipped to [0, 1]",
         f"support: labelled rows in the system's top k; an interval on fewer than {MIN_SUPPORT} is unreliable; "

@@ -454,7 +454,7 @@ def leaderboard_table(board: Leaderboard) -> Table:
     rows: list[list[Any]] = [
         [s.system, s.score, s.stderr, s.ci_low, s.ci_high, s.official_rank, len(s.per_query)] for s in board.systems
     ]
-    footer = [f"{key}: {value}" for key, value in board.settings.items()]
+    footer = [f"{key}: {_setting_text(key, value)}" for key, value in board.settings.items()]
     if board.correlation is not None:
         c = board.correlation
         footer += [
@@ -469,6 +469,14 @@ def leaderboard_table(board: Leaderboard) -> Table:
         rows=rows,
         footer=footer,
     )
+
+
+# What an unset setting means, in words: a bare "None" in a footer reads as a missing value.
+UNSET_SETTINGS = {"min_rating": "none (any answered item counts, as the reference does)", "rubric_version": "all"}
+
+
+def _setting_text(key: str, value: Any) -> str:
+    return UNSET_SETTINGS.get(key, "none") if value is None else str(value)
 
 
 def _fmt(value: float) -> str:

@@ -28,6 +28,7 @@ from app.errors import Conflict, Invalid, NotFound
 from app.events import publish
 from app.models import BankItem, Collection, Grade, GradeOverride, OverrideEvent, PoolEntry, Query
 from app.models.base import utcnow
+from app.review.queue import in_uniform_sample
 from app.rubrics.service import lock_rubric
 
 Action = Literal["set", "accept", "clear"]
@@ -131,6 +132,9 @@ def record(
 ) -> CellState:
     """Apply one judge's action to one cell and log it; ``accept`` takes the grader's own grade.
 
+    A ``sample`` action on a row beyond the front of the judge's uniform queue (a query filter, a
+    skip, a hand-made POST) is logged as ``queue``: the server, not the page, keeps the PPI sample uniform.
+
     Invariant: override writers of a collection are serialised (the collection row lock, as for
     rubric saves), so the ``previous_*`` fields logged are the state this action replaced and an
     undo can check that nobody has changed the cell since.
@@ -139,6 +143,8 @@ def record(
         raise Invalid("a grade is 0 to 5")
     check_cell(session, collection, pool_entry_pk, item_id)
     lock_rubric(session, collection)
+    if source == "sample" and not in_uniform_sample(session, collection, judge, grader_pk, pool_entry_pk):
+        source = "queue"  # a row the judge picked, not the seed: an ordinary review (PPI needs uniform rows)
     shown = model_rating(session, grader_pk, pool_entry_pk, item_id)
     if action == "accept":
         if shown is None:

@@ -51,6 +51,7 @@ RELEVANT_JUDGMENT = 2  # TREC DL: judgments 2 and 3 are relevant
 LIMIT = (1, 1000)
 SEED = (0, 2**32 - 1)
 OFFSET = (0, 1_000_000)
+MAX_SKIPPED_ROWS = 5  # whole rows a judge may skip in uniform mode before a sample action stops counting
 MAX_KEPT = 8
 UIntArray = npt.NDArray[np.uint64]
 
@@ -620,6 +621,50 @@ def find_cell(
     order, _ = _judge_order(kept, collection, request)
     [row] = _row_of(kept, order, request.mode, [c])
     return _cell(kept, c, int(np.flatnonzero(order == c)[0]) + 1, row)
+
+
+def in_uniform_sample(
+    session: Session, collection: Collection, judge: str, grader_id: int | None, pool_entry: int
+) -> bool:
+    """Whether a judge's action on row ``pool_entry`` may count as a uniform-sample ("sample") action.
+
+    Only when the row is within reach of the judge's walk along their uniform order: at most
+    ``MAX_SKIPPED_ROWS`` rows before it are still open (a cell neither overridden nor flagged) with
+    no sample action of this judge, i.e. rows the judge skipped whole (the page's skip; a partly
+    graded row is not counted, the page shows its skipped cells again). A row further on was
+    picked by the judge (a query filter, a hand-made request), not by the seed, and would make
+    ``ppi_sample.reached_rows`` count every row up to it as reached.
+    """
+    request = QueueRequest(judge=judge, mode="uniform", grader_id=grader_id)
+    _, kept, _ = _prepare(session, collection, request)
+    e = kept.entry_of.get(pool_entry)
+    if e is None:
+        return False
+    places = row_places(kept.row_ids, judge_seed(collection.name, judge))
+    done = _done_cells(kept, reviewed_cells(session, collection, request))
+    done |= _flagged_cells(kept, flagged_ids(session, collection))
+    skipped = np.zeros(len(places), dtype=bool)
+    skipped[kept.grades.entry[~done]] = True
+    for pk in _sample_rows(session, collection, judge):
+        if pk in kept.entry_of:
+            skipped[kept.entry_of[pk]] = False
+    return int((skipped & (places < places[e])).sum()) <= MAX_SKIPPED_ROWS
+
+
+def _sample_rows(session: Session, collection: Collection, judge: str) -> list[int]:
+    """Pool entry pks of the rows with a (not undone) sample action of ``judge``."""
+    return list(
+        session.scalars(
+            select(OverrideEvent.pool_entry_pk)
+            .where(
+                OverrideEvent.collection_id == collection.id,
+                OverrideEvent.judge == judge,
+                OverrideEvent.source == "sample",
+                OverrideEvent.undone.is_(False),
+            )
+            .distinct()
+        )
+    )
 
 
 def clear() -> None:

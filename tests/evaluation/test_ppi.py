@@ -90,6 +90,15 @@ def test_within_clips_the_estimate_and_the_interval_to_the_range() -> None:
     assert (below.estimate, below.ci_low, below.ci_high) == (0.0, 0.0, 0.3)
 
 
+def test_an_interval_wholly_outside_the_range_becomes_no_interval_not_a_point() -> None:
+    """[1.02, 1.3] would clip to [1, 1] and read as certainty: it says only that n is too small."""
+    raw = PPIEstimate(0.5, 1.16, 0.07, 1.02, 1.3, 15, 1075, 0.8, 12)
+    outside = within(raw)
+    assert (outside.estimate, outside.stderr, outside.ci_low, outside.ci_high) == (1.0, None, None, None)
+    assert outside.no_interval is not None and "lies outside [0, 1]" in outside.no_interval
+    assert within(replace(raw, estimate=-0.2, ci_low=-0.3, ci_high=-0.1)).ci_low is None
+
+
 def test_classical_estimate_uses_the_human_labels_only() -> None:
     [estimate] = classical_linear(MEAN_OF_4, F_1100, [0, 2], [1.0, 1.0])
     assert estimate.plain == 0.5 and estimate.tuning == 0.0

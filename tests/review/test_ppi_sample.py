@@ -131,3 +131,26 @@ def test_the_uniform_page_names_the_row_and_a_query_filter_is_no_sample(web_db_a
         assert [e.source for e in session.scalars(select(OverrideEvent))] == ["queue"]
         sample = sample_of(session, session.scalars(select(Collection)).one())
     assert (sample.reached, sample.n_rows, sample.judges) == (0, 0, ())
+
+
+def test_a_sample_post_beyond_the_uniform_front_is_logged_as_a_queue_review(web_db_any: Database) -> None:
+    """A ``source=sample`` far past the judge's front (a hand-made POST, a query filter) is logged as ``queue``;
+    one past a whole skipped row (the page's skip) still counts."""
+    with web_db_any.session() as session:
+        collection = session.scalars(select(Collection)).one()
+        rows = list(_rows(session, collection).values())
+    front, second, later = rows[0][0], rows[1][0], rows[-1][0]
+    with TestClient(create_app()) as client:
+        token = login(client, JUDGE)
+        for cell in (later, second, front):
+            posted = client.post(
+                "/c/sample/override",
+                data={"pool_entry": cell.pool_entry, "item_id": cell.item_id, "rating": "5", "source": "sample"},
+                headers={"X-CSRF-Token": token},
+            )
+            assert posted.status_code == 200, posted.text
+    with web_db_any.session() as session:
+        events = session.scalars(select(OverrideEvent).order_by(OverrideEvent.id)).all()
+        logged = [(e.pool_entry_pk, e.source) for e in events]
+        assert logged == [(later.pool_entry, "queue"), (second.pool_entry, "sample"), (front.pool_entry, "sample")]
+        assert sample_of(session, session.scalars(select(Collection)).one()).reached == 2

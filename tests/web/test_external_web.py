@@ -44,3 +44,21 @@ def test_agreement_page_lists_judges_and_shows_the_clis_numbers(web_db_any: Data
         assert client.get("/c/sample/agreement", params={"judge_measure": "P@0"}).status_code == 400
         assert client.get("/c/sample/agreement", params={"min_external": 0}).status_code == 422
         assert client.get("/c/sample/agreement", params={"judge": "j" * 201}).status_code == 422
+
+
+def test_agreement_page_without_manual_judgments_says_so_instead_of_empty_tables(web_db: Database) -> None:
+    """κ, the sweep and per-question κ need manual judgments: without any the page says so (a RAG collection)."""
+    from sqlalchemy import delete
+
+    from app.db import session_scope
+    from app.models import Judgment
+
+    with TestClient(create_app()) as client:
+        login(client, "viewer")
+        assert 'data-testid="kappa-1"' in client.get("/c/sample/agreement").text
+        with session_scope() as session:
+            session.execute(delete(Judgment))
+        page = client.get("/c/sample/agreement").text
+        assert 'data-testid="no-judgments"' in page and "--qrels FILE" in page
+        assert 'data-testid="kappa-1"' not in page and 'data-testid="sweep"' not in page
+        assert 'data-testid="calibration"' in page and 'data-testid="external"' in page

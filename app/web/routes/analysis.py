@@ -455,6 +455,7 @@ def agreement_view(result: AgreementAnalysis, flagged: dict[str, Flag] | None = 
         ],
         "n_items": len(result.per_item),
         "overrides": result.overrides,
+        "judged_passages": result.judged_passages,
     }
 
 
