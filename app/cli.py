@@ -1206,14 +1206,18 @@ def review_next(
         typer.echo(json.dumps(queue.as_json(), indent=2))
         return
     err.print(f"{queue.remaining} of {queue.total} cells left · grader #{queue.grader.id} · {queue.mode}")
-    typer.echo("#\tquery\tpassage\titem\tgrade\tE[grade]\tpriority\teffect\tuncertainty\tsystems\tdisagree")
+    # The uniform sample's order is chance, so its cells carry their row, not a priority and its parts.
+    why = "row\titem of row" if queue.mode == "uniform" else "priority\teffect\tuncertainty\tsystems\tdisagree"
+    typer.echo(f"#\tquery\tpassage\titem\tgrade\tE[grade]\t{why}")
     for c in queue.cells:
         expected = "" if c.expected is None else f"{c.expected:.2f}"
         grade = "" if c.rating is None else str(c.rating)
-        typer.echo(
-            f"{c.position}\t{c.query_id}\t{c.passage_id}\t{c.item_id}\t{grade}\t{expected}\t{c.priority:.3g}\t"
-            f"{c.effect:.3g}\t{c.uncertainty:.2f}\t{c.reach}\t{'yes' if c.disagree else ''}"
+        reason = (
+            f"{c.row}\t{c.row_item} of {c.row_items}"
+            if queue.mode == "uniform"
+            else f"{c.priority:.3g}\t{c.effect:.3g}\t{c.uncertainty:.2f}\t{c.reach}\t{'yes' if c.disagree else ''}"
         )
+        typer.echo(f"{c.position}\t{c.query_id}\t{c.passage_id}\t{c.item_id}\t{grade}\t{expected}\t{reason}")
 
 
 @review_app.command("stats")
@@ -1247,9 +1251,15 @@ def review_stats_command(
     typer.echo("\nquery\treviewed\tin_queue")
     for q in done.queries:
         typer.echo(f"{q.query_id}\t{q.reviewed}\t{q.in_queue}")
-    typer.echo(f"\njudges\tcells\texact\tkappa@{agreement.threshold}")
+    if not agreement.pairs:
+        typer.echo("\nno cell graded by two judges yet: no agreement between judges")
+    else:
+        typer.echo(f"\njudges\tcells\texact\tkappa@{agreement.threshold}")
     for p in agreement.pairs:
         typer.echo(f"{p.first}·{p.second}\t{p.agreement.n}\t{p.agreement.exact:.2f}\t{p.agreement.kappa:.2f}")
+    if not agreement.trend:
+        typer.echo("\nno judge's grade of a cell the grader graded yet: no agreement with the grader")
+        return
     typer.echo(f"\njudge\t{agreement.granularity}\tratings\texact\tkappa vs grader")
     for t in agreement.trend:
         typer.echo(f"{t.judge}\t{t.period}\t{t.agreement.n}\t{t.agreement.exact:.2f}\t{t.agreement.kappa:.2f}")

@@ -109,6 +109,11 @@ def test_cli_review_next_and_stats(web_db: Database) -> None:
     cells = [(c["pool_entry"], c["item_id"]) for c in uniform["cells"]]
     assert len(set(cells)) == 72 and uniform["seed"] == 5
     assert "cells left" not in cli("review", "next", "sample", "--limit", "1")  # the summary goes to stderr
+    header, first_row = cli("review", "next", "sample", "--mode", "uniform", "--limit", "1").splitlines()[:2]
+    assert header.endswith("row\titem of row") and "priority" not in header  # chance order: no priority columns
+    assert first_row.endswith("\t1\t1 of 3")  # the sample's first row, its first of 3 items
+    table = cli("review", "stats", "sample")
+    assert "no cell graded by two judges yet" in table and "no agreement with the grader" in table
     stats = json.loads(cli("review", "stats", "sample", "--format", "json"))
     assert stats["progress"]["in_queue"] == 72 and stats["agreement"]["pairs"] == []
     assert "error: mode must be one of priority, uniform" in cli("review", "next", "sample", "--mode", "x", expect=2)
