@@ -1,6 +1,8 @@
-"""The ``rubric`` command line."""
+"""The ``rubric`` command line.
 
-from __future__ import annotations
+No ``from __future__ import annotations`` here: typer reads every command's annotations at start, and
+string annotations would be compiled again by ``eval`` on each run (issue 16: start under 0.5 s).
+"""
 
 import json
 import shlex
@@ -12,17 +14,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-from rich.text import Text
-from sqlalchemy.exc import OperationalError, ProgrammingError
 
-from app.db import is_busy, is_unmigrated
 from app.errors import DomainError
-from app.evaluation.formatting import TableFormat, render_tables
+from app.evaluation.formatting import render_tables
 from app.leaderboards import measures
 
+# Start-up stays under 0.5 s (issue 16): this module imports only typer and light modules; SQLAlchemy,
+# Rich's console and every service load inside the commands that use them (tests/test_cli_start.py).
 if TYPE_CHECKING:
+    from rich.console import Console
+
+    from app.evaluation.formatting import TableFormat
     from app.leaderboards.service import LeaderboardRequest
 
 app = typer.Typer(
@@ -33,8 +35,28 @@ export_app = typer.Typer(help="Export collections, qrels and runs.", no_args_is_
 app.add_typer(db_app, name="db")
 app.add_typer(export_app, name="export")
 
-# Messages hold user data (names, query ids, file lines): never read them as Rich markup or emoji codes.
-err = Console(stderr=True, markup=False, emoji=False, highlight=False)
+
+class _StderrConsole:
+    """The CLI's Rich console on stderr, built on its first use: importing Rich's console costs every
+    command start, and most commands print one line at the end."""
+
+    def __init__(self) -> None:
+        self._console: Console | None = None
+
+    def console(self) -> "Console":
+        """The console itself (for Rich's progress bars, which draw on it)."""
+        if self._console is None:
+            from rich.console import Console
+
+            # Messages hold user data (names, query ids, file lines): never read them as Rich markup or emoji codes.
+            self._console = Console(stderr=True, markup=False, emoji=False, highlight=False)
+        return self._console
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.console(), name)
+
+
+err: Any = _StderrConsole()
 
 CollectionArg = Annotated[str, typer.Argument(help="Collection name.")]
 ModelOpt = Annotated[str | None, typer.Option("--model", help="Grader model (GradeFilter llm).")]
@@ -69,6 +91,8 @@ MinExternalOpt = Annotated[
 
 def _fail(message: str) -> None:
     """Print ``error: <message>`` (the message verbatim, only the prefix styled) and exit 2."""
+    from rich.text import Text
+
     err.print(Text.assemble(("error:", "bold red"), " ", message), soft_wrap=True)
     raise typer.Exit(2)
 
@@ -77,6 +101,10 @@ def _fail(message: str) -> None:
 def _user_errors() -> Iterator[None]:
     """The CLI's one mapping of errors: a domain error (app/errors.py) or a busy database exits 2 with
     ``error: …``; anything else is a bug and keeps its traceback."""
+    from sqlalchemy.exc import OperationalError, ProgrammingError
+
+    from app.db import is_busy, is_unmigrated
+
     try:
         yield
     except DomainError as exc:
@@ -94,19 +122,21 @@ def _progress(description: str) -> Iterator[Callable[[int], None]]:
     if not sys.stderr.isatty():
         yield lambda _n: None
         return
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
         TextColumn("{task.completed} done"),
         TimeElapsedColumn(),
-        console=err,
+        console=err.console(),
         transient=True,
     ) as progress:
         task = progress.add_task(description, total=None)
         yield lambda n: progress.advance(task, n)
 
 
-def _format(fmt: str) -> TableFormat:
+def _format(fmt: str) -> "TableFormat":
     if fmt not in ("tsv", "json", "md", "latex"):
         _fail(f"unknown format {fmt!r}: use tsv, json, md or latex")
     return fmt  # type: ignore[return-value]
@@ -127,6 +157,17 @@ def db_upgrade() -> None:
     with _user_errors():
         upgrade(get_settings().database_url)
     err.print("database is up to date")
+
+
+@db_app.command("clear-snapshots")
+def db_clear_snapshots() -> None:
+    """Delete every persisted evaluation snapshot (docs/snapshots.md): run it after restoring a
+    database from a backup in place, which the snapshot files cannot tell from the database they came from."""
+    from app.collections.snapshot import clear_files
+
+    with _user_errors():
+        removed = clear_files()
+    err.print(f"removed {removed} snapshot file{'' if removed == 1 else 's'}")
 
 
 def _run_files(paths: list[Path]) -> list[Path]:
@@ -351,7 +392,7 @@ def _board_request(
     seed: int | None,
     overrides: bool,
     exclude_flagged: bool,
-) -> LeaderboardRequest:
+) -> "LeaderboardRequest":
     """A board's options as a checked request, before any database work (a bad option names itself);
     an unset ``--bootstrap``/``--seed`` takes the environment's default here, once."""
     from app.config import get_settings
@@ -378,11 +419,11 @@ def _board_request(
 def _judge_leaderboard(
     collection: str,
     judge: str,
-    checked: LeaderboardRequest,
+    checked: "LeaderboardRequest",
     grader: tuple[int | None, str | None, str | None],
     min_external: int,
     official: Path | None,
-    output: TableFormat,
+    output: "TableFormat",
 ) -> None:
     """``rubric leaderboard C --measure M --judge NAME``: app/agreement/external.py."""
     from app.agreement import external
@@ -874,6 +915,8 @@ def _verify_bundle(path: Path) -> None:
 
     with _user_errors():
         result = verify_bundle(path)
+    from rich.text import Text
+
     for problem in result.problems:
         err.print(Text.assemble(("mismatch:", "bold red"), " ", problem), soft_wrap=True)
     if not result.ok:
@@ -1043,13 +1086,15 @@ def _grading_progress(total: int) -> Iterator[Callable[[Any], None]]:
     if not sys.stderr.isatty():
         yield lambda _report: None
         return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
     with Progress(
         TextColumn("grading"),
         BarColumn(),
         MofNCompleteColumn(),
         TextColumn("{task.fields[cached]} cached · {task.fields[errors]} errors"),
         TimeRemainingColumn(),
-        console=err,
+        console=err.console(),
         transient=True,
     ) as progress:
         task = progress.add_task("grading", total=total, cached=0, errors=0)

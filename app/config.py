@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from pathlib import Path
 
@@ -11,6 +12,10 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 def _default_database_url() -> str:
     return f"sqlite:///{Path.cwd() / 'rubric.sqlite'}"
+
+
+def _cache_home() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
 
 
 class Settings(BaseSettings):
@@ -75,6 +80,11 @@ class Settings(BaseSettings):
     # Live events: open event streams per signed-in user (one per tab); the next is refused with 429.
     max_streams_per_user: int = Field(default=16, ge=1, le=10_000)
     stream_keepalive_seconds: float = Field(default=15.0, gt=0, le=300)
+    # Evaluation snapshots (docs/snapshots.md): memory kept per process across collections (the most
+    # recently used one is always kept), and the persisted copies that spare a cold start the database.
+    snapshot_memory_mb: int = Field(default=1024, ge=1, le=1_000_000)
+    snapshot_files: bool = True
+    snapshot_cache_dir: Path = Field(default_factory=lambda: _cache_home() / "rubric-workbench" / "snapshots")
 
 
 @lru_cache

@@ -88,8 +88,10 @@ def is_unmigrated(error: DBAPIError) -> bool:
     """A table or column the code expects is missing: a database never upgraded (or left at an older
     revision), which ``rubric db upgrade`` fixes; SQLite and PostgreSQL word it differently."""
     text = str(error.orig).lower()
-    return "no such table" in text or "no such column" in text or (
-        "does not exist" in text and ("relation" in text or "column" in text)
+    return (
+        "no such table" in text
+        or "no such column" in text
+        or ("does not exist" in text and ("relation" in text or "column" in text))
     )
 
 

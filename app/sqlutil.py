@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from functools import lru_cache
 from typing import Any
 
 from sqlalchemy.dialects import postgresql, sqlite
@@ -28,13 +29,19 @@ def upsert(
     if not rows:
         return
     dialect = session.get_bind().dialect.name
+    statement = _upsert_statement(dialect, model, tuple(keys), tuple(update))  # type: ignore[arg-type]
+    for batch in chunks(rows, 2000):
+        session.execute(statement, list(batch))
+
+
+@lru_cache(maxsize=256)
+def _upsert_statement(dialect: str, model: type[Any], keys: tuple[str, ...], update: tuple[str, ...]) -> Any:
+    # Built once per shape: constructing ``excluded`` copies every column of the table, which
+    # cost more than the insert itself when an import upserted a few rows at a time.
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
     statement = insert(model)
     if update:
-        statement = statement.on_conflict_do_update(
+        return statement.on_conflict_do_update(
             index_elements=list(keys), set_={column: statement.excluded[column] for column in update}
         )
-    else:
-        statement = statement.on_conflict_do_nothing(index_elements=list(keys))
-    for batch in chunks(rows, 2000):
-        session.execute(statement, list(batch))
+    return statement.on_conflict_do_nothing(index_elements=list(keys))

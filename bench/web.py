@@ -11,16 +11,27 @@ jobs, job, collection (and their htmx fragments). Run it pinned to two cores, as
 
     taskset -c 0,1 .venv/bin/python bench/web.py
 
-It writes its section of docs/benchmarks.md and asserts nothing about time (the tests never do).
+``--scale N`` makes ``dl`` N × 54 queries (issue 16: 5× is 1.1M grades); ``--prebuilt DB`` starts it from a
+SQLite database the synthetic collection was already imported into (as ``bench``, e.g. by bench/scale.py),
+copied, never written. ``--database postgresql`` copies everything into a throwaway PostgreSQL cluster
+(bench/postgres.py) and serves from there. ``--only TEXT`` times the matching pages; ``--no-write`` prints.
+
+    taskset -c 0,1 .venv/bin/python bench/web.py --scale 5 --prebuilt /tmp/scale5/bench.sqlite --database postgresql
+
+It writes its section of docs/benchmarks.md (one per scale and database) and asserts nothing about time
+(the tests never do).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import random
 import re
+import shutil
 import socket
+import sqlite3
 import statistics
 import sys
 import tempfile
@@ -33,8 +44,10 @@ sys.path.insert(0, str(REPO))
 
 import httpx  # noqa: E402
 import uvicorn  # noqa: E402
+from sqlalchemy import insert, select, update  # noqa: E402
 
 from app.accounts.service import create_user  # noqa: E402
+from app.collections.revision import next_revision  # noqa: E402
 from app.collections.service import ensure_collection, import_interchange, import_queries  # noqa: E402
 from app.config import get_settings  # noqa: E402
 from app.db import session_scope  # noqa: E402
@@ -43,6 +56,7 @@ from app.grading.service import GraderSpec  # noqa: E402
 from app.jobs.launch import launch_grading, wait_until_finished  # noqa: E402
 from app.migrate import upgrade  # noqa: E402
 from app.rubrics.service import import_banks  # noqa: E402
+from bench.postgres import DURABILITY_NOTE  # noqa: E402
 from bench.report import machine, stamp, write_section  # noqa: E402
 
 N_PASSAGES, N_ITEMS, N_SYSTEMS, REPEATS = 300, 10, 20, 30
@@ -154,6 +168,63 @@ def build_dl(directory: Path) -> None:
         import_banks(session, collection, [directory / "dl-bank.jsonl"])
 
 
+def dl_banks(directory: Path, queries: list[str]) -> Path:
+    """One bank per query with bench/evaluate.py's item ids, so that the rubric version holds the graded items."""
+    from bench.evaluate import N_ITEMS as ITEMS
+
+    banks = [
+        {
+            "query_id": query_id,
+            "test_collection": "dl",
+            "query_text": query_id,
+            "items": [
+                {"query_id": query_id, "question_id": f"{query_id}/item{i}", "question_text": f"What about {WORDS[i]}?"}
+                for i in range(ITEMS)
+            ],
+        }
+        for query_id in queries
+    ]
+    path = directory / "dl-bank.jsonl"
+    path.write_text("\n".join(json.dumps(bank) for bank in banks) + "\n")
+    return path
+
+
+def adopt_prebuilt(prebuilt: Path, target: Path) -> None:
+    """Copy a database that bench/evaluate.py's synthetic collection was imported into (as ``bench``) to
+    ``target`` and rename that collection ``dl``: importing 5× anew takes minutes, this takes seconds."""
+    shutil.copyfile(prebuilt, target)
+    with sqlite3.connect(target) as connection:
+        connection.execute("UPDATE collection SET name = 'dl' WHERE name = 'bench'")
+
+
+def enrich_dl(directory: Path) -> None:
+    """What build_dl adds on top of bench/evaluate.py's collection, written in bulk into an imported ``dl``:
+    60-word texts, a judgment (0..3) for every other pool entry, and the rubric version of every query's items.
+    The structure token is replaced, as for any structural write, so no cached snapshot survives it."""
+    from app.models import Collection, Judgment, Passage, PoolEntry, Query
+
+    rng = random.Random(13)
+    with session_scope() as session:
+        collection = session.execute(select(Collection).where(Collection.name == "dl")).scalar_one()
+        passages = session.execute(select(Passage.id).where(Passage.collection_id == collection.id)).scalars()
+        session.execute(
+            update(Passage),
+            [{"id": pk, "text": " ".join(rng.choice(WORDS) for _ in range(60)) + "."} for pk in passages],
+        )
+        entries = session.execute(
+            select(PoolEntry.id).join(Query).where(Query.collection_id == collection.id).order_by(PoolEntry.id)
+        ).scalars()
+        session.execute(
+            insert(Judgment),
+            [{"pool_entry_pk": pk, "ordinal": 0, "relevance": rng.randint(0, 3)} for pk in list(entries)[::2]],
+        )
+        queries = session.execute(
+            select(Query.query_id).where(Query.collection_id == collection.id).order_by(Query.position)
+        ).scalars()
+        import_banks(session, collection, [dl_banks(directory, list(queries))])
+        next_revision(session, collection.id, structural=True)
+
+
 def serve() -> str:
     from app.web.main import create_app
 
@@ -258,10 +329,92 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))] * 1000
 
 
+def copy_to_postgresql(source: str, target: str) -> None:
+    """Every table of the SQLite database ``source`` into the migrated, empty PostgreSQL database ``target``
+    with psycopg's COPY, primary keys kept and sequences advanced: the same data, minutes of importing saved."""
+    from psycopg.types.json import Jsonb
+    from sqlalchemy import JSON, create_engine, func, text
+
+    from app.models import Base
+
+    upgrade(target)
+    reader, writer = create_engine(source), create_engine(target)
+    with reader.connect() as read, writer.begin() as write:
+        cursor = write.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        for table in Base.metadata.sorted_tables:
+            names = [column.name for column in table.columns]
+            json_at = [n for n, column in enumerate(table.columns) if isinstance(column.type, JSON)]
+            rows = read.execution_options(yield_per=20_000).execute(select(table))
+            columns = ", ".join(f'"{n}"' for n in names)
+            with cursor.copy(f'COPY "{table.name}" ({columns}) FROM STDIN') as copy:
+                for row in rows:
+                    values = list(row)
+                    for n in json_at:
+                        values[n] = None if values[n] is None else Jsonb(values[n])
+                    copy.write_row(values)
+            if "id" in names and write.execute(select(func.count()).select_from(table)).scalar_one():
+                write.execute(
+                    text(
+                        f"SELECT setval(pg_get_serial_sequence('\"{table.name}\"', 'id'), max(id)) FROM \"{table.name}\""
+                    )
+                )
+    reader.dispose()
+    writer.dispose()
+
+
+def use_database(url: str) -> None:
+    os.environ["RUBRIC_DATABASE_URL"] = url
+    get_settings.cache_clear()
+
+
+def arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scale", type=int, default=1, help="the dl collection at N × 54 queries (default 1)")
+    parser.add_argument(
+        "--prebuilt",
+        type=Path,
+        help="a SQLite database with bench/evaluate.py's collection at this scale imported as `bench` (copied, "
+        "never written); without it the collection is generated and imported",
+    )
+    parser.add_argument("--database", choices=("sqlite", "postgresql"), default="sqlite")
+    parser.add_argument("--only", help="time only the pages whose label contains this text")
+    parser.add_argument("--no-write", action="store_true", help="print the table; leave docs/benchmarks.md as is")
+    return parser.parse_args()
+
+
 def main() -> None:
-    directory = Path(tempfile.mkdtemp())
-    build(directory)
-    build_dl(directory)
+    args = arguments()
+    with tempfile.TemporaryDirectory(prefix="rubric-bench-web-") as name:  # a 5× database is 300 MB: removed after
+        directory = Path(name)
+        if args.prebuilt:
+            adopt_prebuilt(args.prebuilt, directory / "web.sqlite")
+        build(directory)
+        if args.prebuilt:
+            enrich_dl(directory)
+        else:
+            import bench.evaluate
+
+            bench.evaluate.N_QUERIES = 54 * args.scale
+            build_dl(directory)
+        if args.database == "sqlite":
+            rows, saves = measure(args.only)
+        else:
+            from bench.postgres import create_database, local_postgres  # starts nothing until called
+
+            with local_postgres() as url_base:
+                target = create_database(url_base, "web")
+                copy_to_postgresql(get_settings().database_url, target)
+                use_database(target)
+                rows, saves = measure(args.only)
+    text = report(rows, saves, args.scale, args.database)
+    print(text)
+    if not args.no_write:
+        scale = f", {args.scale}×" if args.scale != 1 else ""
+        database = ", PostgreSQL" if args.database == "postgresql" else ""
+        write_section(f"Web latency (`bench/web.py`{scale}{database})", text)
+
+
+def measure(only: str | None) -> tuple[list[tuple[str, str, list[float], int]], list[float]]:
     base = serve()
     with httpx.Client(base_url=base, timeout=120) as client:
         token = re.search(r'name="csrf-token" content="([^"]+)"', client.get("/login").text).group(1)  # type: ignore[union-attr]
@@ -271,13 +424,17 @@ def main() -> None:
         rows.append(("collections (home)", "", *timings(client, "/")))
         for name, query, job in (("bench", "q1", JOB_ID), ("dl", "q0", None)):
             for label, path, headers in pages(name, query, job):
+                if only and only not in label:
+                    continue
                 rows.append((label, name, *timings(client, path, headers)))
-                print(f"{name:6} {label:55} p95 {pct(rows[-1][2], 0.95):7.0f} ms {rows[-1][3] / 1000:8.0f} kB")
+                print(
+                    f"{name:6} {label:55} p95 {pct(rows[-1][2], 0.95):7.0f} ms {rows[-1][3] / 1000:8.0f} kB", flush=True
+                )
         saves = save_round_trips(client, token)
-    write_section("Web latency (`bench/web.py`)", report(rows, saves))
+    return rows, saves
 
 
-def report(rows: list[tuple[str, str, list[float], int]], saves: list[float]) -> str:
+def report(rows: list[tuple[str, str, list[float], int]], saves: list[float], scale: int, database: str) -> str:
     floor = statistics.median(rows[0][2])
     table = "\n".join(
         f"| {name or '—'} | {label} | {pct(v, 0.5):.0f} ms | {pct(v, 0.95):.0f} ms | "
@@ -287,14 +444,20 @@ def report(rows: list[tuple[str, str, list[float], int]], saves: list[float]) ->
     slow = [f"{name}: {label}" for label, name, v, _ in rows if pct(v, 0.95) >= 300]
     big = [f"{name}: {label}" for label, name, _, size in rows if size >= 1_000_000]
     load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
-    return f"""Measured {stamp()} on {machine()}, pinned to 2 cores (`taskset -c 0,1`), SQLite, embedded worker,
+    engine = "SQLite" if database == "sqlite" else DURABILITY_NOTE
+    size = (
+        "top-100: 21,589 pooled passages, 215,890 grades"
+        if scale == 1
+        else f"top-100, scaled {scale}×: about {21_589 * scale:,} pooled passages and {215_890 * scale:,} grades"
+    )
+    return f"""Measured {stamp()} on {machine()}, pinned to 2 cores (`taskset -c 0,1`), {engine}, embedded worker,
 uvicorn in-process, {REPEATS} requests each after one warm-up; size = bytes of the response body. Load
 average (1, 5, 15 min) when the run ended: {load} — other processes shared the cores, so the figures are
 upper bounds.
 
 `bench` is the sample-sized collection (1 query, 300 pooled passages × 10 questions, 20 systems);
-`dl` the DL-sized synthetic collection of bench/evaluate.py (54 queries × 10 questions, 59 systems,
-top-100: 21,589 pooled passages, 215,890 grades) with judgments for every other passage, 60-word
+`dl` the DL-sized synthetic collection of bench/evaluate.py ({54 * scale} queries × 10 questions, 59 systems,
+{size}) with judgments for every other passage, 60-word
 texts and a rubric version. Oversight and grid pages hold at most 50 rows. Each oversight view is
 also `rubric verify COLLECTION ANALYSIS --page N --format json` (verify = grading, bad = bad-questions,
 uncovered = uncovered, impact = impact), the same data as the page.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import socket
@@ -28,6 +29,11 @@ REPO = Path(__file__).resolve().parent.parent
 SHARED_DATA = REPO.parent / "shared" / "data"
 DL19_DEV = SHARED_DATA / "dl19-dev"
 TEST_DATA = Path(__file__).resolve().parent / "data"
+# Persisted evaluation snapshots (docs/snapshots.md) of this test process and of the CLI processes
+# it starts go to a directory of their own, never to the user's cache; removed at exit.
+SNAPSHOT_DIR = Path(tempfile.mkdtemp(prefix="rubric-test-snapshots-"))
+os.environ["RUBRIC_SNAPSHOT_CACHE_DIR"] = str(SNAPSHOT_DIR)
+atexit.register(shutil.rmtree, SNAPSHOT_DIR, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -328,12 +334,16 @@ def seeded_web_postgresql(
 
 def forget_process_caches() -> None:
     """Empty the in-process caches whose keys hold a collection's id, revision or structure token."""
+    from app.agreement import analysis as agreement
     from app.collections import graders, snapshot
     from app.leaderboards import service as leaderboards
+    from app.oversight import service as oversight
     from app.review import queue
 
-    snapshot.clear()
+    snapshot.clear_files()  # a SQLite copy restored in place keeps its inode: its files would alias
     queue.clear()
+    agreement.clear()
+    oversight.clear()
     graders.clear()
     leaderboards.clear()
 

@@ -7,14 +7,18 @@ the per-passage dicts: one vectorised pass per quantity.
 
 from __future__ import annotations
 
+import hashlib
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.agreement.service import agreement_json, as_table, build_agreement_tables
-from app.collections import queries
+from app.collections import queries, snapshot
 from app.collections.queries import GraderRef
 from app.collections.service import official_leaderboard
 from app.evaluation.agreement import AgreementTable, Confusion, confusion_of
@@ -26,7 +30,7 @@ from app.evaluation.oversight import Bank
 from app.evaluation.types import Judgments
 from app.leaderboards.measures import Cover
 from app.leaderboards.service import EvaluationData, LeaderboardRequest, load_evaluation_data, score_systems
-from app.models import Collection
+from app.models import Collection, Judgment, PoolEntry, Query, RubricVersion
 from app.rubrics.service import latest_version
 
 SWEEP = (1, 2, 3, 4, 5)  # the self-rating thresholds τ of the sweep
@@ -90,12 +94,63 @@ def agreement_analysis(
 
     The κ tables and the sweep count every item the grader graded; the per-item list keeps only the
     newest rubric version's items, with their text (a question removed from the rubric is no row).
+
+    All but the override agreement walks every cell (five Cover leaderboards for the sweep): it is
+    kept per (collection, structure, revision, grader, settings, newest rubric version, judgments,
+    official ranks), each read as it is now, so a grading batch, a rubric edit or a re-import of
+    judgments (which moves no revision) computes afresh. Overrides move no revision and are few: their
+    agreement is computed on every call.
     """
+    current = snapshot.current(session, collection)  # the revision before the grades: never a stale frame kept
     data = load_evaluation_data(session, collection, grader_id=grader_id)
-    judgments = queries.load_judgments(session, data.pool)
     latest = latest_version(session, collection)
     if official is None:
         official = official_leaderboard(session, collection)
+    key = (
+        session.get_bind().engine.url.render_as_string(hide_password=True),
+        collection.id,
+        data.structure_token,
+        current.revision,
+        data.grader.id,
+        min_answers,
+        min_judgment,
+        None if latest is None else latest.number,
+        _judgments_digest(session, collection),
+        tuple(sorted(official.items())),
+    )
+    with _kept_lock:
+        kept = _kept.get(key)
+        if kept is not None:
+            _kept.move_to_end(key)
+    if kept is None:
+        kept = _without_overrides(session, data, latest, min_answers, min_judgment, official)
+        with _kept_lock:
+            _kept[key] = kept
+            while len(_kept) > MAX_KEPT:
+                _kept.popitem(last=False)
+    return replace(kept, overrides=override_agreement(data.grades, _overrides(session, data, current.structure)))
+
+
+MAX_KEPT = 8  # agreement analyses kept per process: small values (tables and a few thousand item rows)
+_kept: OrderedDict[tuple[Any, ...], AgreementAnalysis] = OrderedDict()
+_kept_lock = threading.Lock()
+
+
+def clear() -> None:
+    """Forget every kept analysis (a test's database copy reuses the seed's structure tokens)."""
+    with _kept_lock:
+        _kept.clear()
+
+
+def _without_overrides(
+    session: Session,
+    data: EvaluationData,
+    latest: RubricVersion | None,
+    min_answers: tuple[int, ...],
+    min_judgment: int,
+    official: dict[str, float],
+) -> AgreementAnalysis:
+    judgments = queries.load_judgments(session, data.pool)
     tables = build_agreement_tables(data.grades, judgments, data.grader.is_self_rated, list(min_answers), min_judgment)
     entries, relevant = _judged(data.grades, judgments, min_judgment)
     return AgreementAnalysis(
@@ -105,9 +160,23 @@ def agreement_analysis(
         tables=tuple(tables),
         sweep=tuple(_sweep_point(data, entries, relevant, tau, official) for tau in SWEEP),
         per_item=_in_rubric(item_kappas(data.grades, entries, relevant), queries.load_bank(session, latest)),
-        overrides=override_agreement(data.grades, _overrides(session, data)),
+        overrides=None,
         judged_passages=len(entries),
     )
+
+
+def _judgments_digest(session: Session, collection: Collection) -> str:
+    """A digest of the collection's judgments as stored now (entry, ordinal, relevance), in a fixed order."""
+    rows = snapshot.core_rows(
+        session,
+        select(Judgment.pool_entry_pk, Judgment.ordinal, Judgment.relevance)
+        .join(PoolEntry, PoolEntry.id == Judgment.pool_entry_pk)
+        .join(Query, Query.id == PoolEntry.query_pk)
+        .where(Query.collection_id == collection.id),
+    )
+    table = np.asarray(rows, dtype=np.int64).reshape(-1, 3)
+    table = table[np.lexsort((table[:, 1], table[:, 0]))]
+    return hashlib.blake2b(table.tobytes(), digest_size=20).hexdigest()
 
 
 def _judged(frame: GradeFrame, judgments: Judgments, min_judgment: int) -> tuple[np.ndarray, np.ndarray]:
@@ -184,14 +253,16 @@ def _in_rubric(items: tuple[ItemKappa, ...], bank: Bank) -> tuple[ItemKappa, ...
     return tuple(replace(r, item_text=texts[r.query_id, r.item_id]) for r in items if (r.query_id, r.item_id) in texts)
 
 
-def _overrides(session: Session, data: EvaluationData) -> dict[tuple[int, str], int]:
-    """The judges' overrides as (frame entry, item id) → rating."""
-    position = data.grades.pool.positions()
+def _overrides(session: Session, data: EvaluationData, structure: snapshot.Structure) -> dict[tuple[int, str], int]:
+    """The judges' overrides as (frame entry, item id) → rating (an entry the snapshot lacks: left out)."""
+    overrides = queries.load_overrides(session, data.pool)
+    entry_pks = list(overrides)
+    positions = structure.positions_of(entry_pks).tolist() if entry_pks else []
     return {
-        (position[data.pool.keys[entry_pk]], item): rating
-        for entry_pk, by_item in queries.load_overrides(session, data.pool).items()
-        if data.pool.keys.get(entry_pk) in position
-        for item, rating in by_item.items()
+        (position, item): rating
+        for entry_pk, position in zip(entry_pks, positions, strict=True)
+        if position >= 0
+        for item, rating in overrides[entry_pk].items()
     }
 
 

@@ -204,6 +204,9 @@ def resolve_grader(
     must be exactly one (``GraderSelectionError`` lists every candidate with its id); with no
     filter at all, the collection's primary grader. Nothing downstream re-matches strings.
     """
+    settled = _settled_by_snapshot(session, collection, grader_id, model, prompt_class)
+    if settled is not None:
+        return settled
     coverage = grader_coverage(session, collection)
     if not coverage:
         raise NotFound(f"nothing is graded in {collection.name!r} yet: launch a grading job first")
@@ -222,6 +225,29 @@ def resolve_grader(
     raise GraderSelectionError(
         f"{len(matching)} graders match model={model} prompt-class={prompt_class}; pick one with --grader ID: {listing}"
     )
+
+
+def _settled_by_snapshot(
+    session: Session, collection: Collection, grader_id: int | None, model: str | None, prompt_class: str | None
+) -> GraderRef | None:
+    """The grader the request names when the snapshot's grader list settles it, else None.
+
+    The snapshot lists exactly the graders with grades in the collection (a grade deletion rebuilds
+    it), so a known id, a sole match of the filters, the primary set on the collection or a sole
+    grader are what the coverage rules below would pick, without their count over every grade row
+    (seconds at millions of cells, once per revision). Errors and the "most complete" choice still
+    go through the coverage, which names the candidates.
+    """
+    from app.collections import snapshot  # the snapshot's module imports this package's queries
+
+    graders = snapshot.current(session, collection).grader_list()
+    if grader_id is not None:
+        return next((g for g in graders if g.id == grader_id), None)
+    if model is not None or prompt_class is not None:
+        matching = [g for g in graders if _matches(g, model, prompt_class)]
+        return matching[0] if len(matching) == 1 else None
+    primary = next((g for g in graders if g.id == collection.primary_grader_id), None)
+    return primary or (graders[0] if len(graders) == 1 else None)
 
 
 def _matches(grader: GraderRef, model: str | None, prompt_class: str | None) -> bool:

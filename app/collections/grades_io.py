@@ -4,19 +4,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import TYPE_CHECKING, Any
+from datetime import datetime
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.collections.errors import ImportFormatError
-from app.collections.revision import upsert_grades
 from app.collections.schemas import PROMPT_CLASS_MAX, ExamGradesIn, GradesIn, ParagraphIn
 from app.models import DIRECT_ITEM, Grade, Grader
 from app.models.grading import identity_hash
-
-if TYPE_CHECKING:
-    from app.collections.service import ImportReport
 
 GRADE_FIELDS = ("position", "raw_answer", "self_rating", "extracted_answer", "correct", "error")
 # Optional fields whose presence we remember per grader, so an export writes what the import read.
@@ -76,10 +73,43 @@ def _prompt_class(entry: ExamGradesIn | GradesIn, file: str, line: int, field: s
     return prompt_class
 
 
+GraderCache = dict[tuple[Any, ...], int]  # one import's graders, by what the file says of them
+
+
 def _imported_grader(
-    session: Session, entry: ExamGradesIn | GradesIn, prompt_type: str, is_self_rated: bool, prompt_class: str
+    session: Session,
+    known: GraderCache,
+    entry: ExamGradesIn | GradesIn,
+    prompt_type: str,
+    is_self_rated: bool,
+    prompt_class: str,
 ) -> int:
     present = [name for name in _OPTIONAL if name in entry.model_fields_set]
+    # Every paragraph of a file repeats its graders: find them without hashing their identity again.
+    # reprs of JSON values are equal only for equal values; a miss just takes the long way.
+    key = (
+        entry.llm,
+        prompt_type,
+        is_self_rated,
+        prompt_class,
+        tuple(present),
+        repr(entry.llm_options),
+        repr(entry.prompt_info),
+    )
+    if key in known:
+        return known[key]
+    known[key] = _new_imported_grader(session, entry, prompt_type, is_self_rated, prompt_class, present)
+    return known[key]
+
+
+def _new_imported_grader(
+    session: Session,
+    entry: ExamGradesIn | GradesIn,
+    prompt_type: str,
+    is_self_rated: bool,
+    prompt_class: str,
+    present: list[str],
+) -> int:
     options = {
         "source": "interchange",
         "llm_options": entry.llm_options,
@@ -116,18 +146,38 @@ def _rating_key(entry: ExamGradesIn, file: str, line: int, field: str) -> tuple[
     ratings: dict[str, int] = {}
     key = "question_id"
     for i, rating in enumerate(entry.self_ratings or []):
-        item_id = rating.question_id or rating.nugget_id
+        nugget_id = rating.get("nugget_id")
+        item_id = rating.get("question_id") or nugget_id
         if item_id is None:
             raise ImportFormatError(file, line, f"{field}.self_ratings[{i}]", "needs question_id or nugget_id")
-        if rating.nugget_id is not None:
+        if nugget_id is not None:
             key = "nugget_id"
-        ratings[item_id] = rating.self_rating
+        ratings[item_id] = rating["self_rating"]
     return ratings, key
 
 
+# Column order of the tuples :func:`paragraph_grade_rows` yields (the import's bulk writer takes them).
+GRADE_COLUMNS = (
+    "pool_entry_pk",
+    "grader_pk",
+    "item_id",
+    "position",
+    "raw_answer",
+    "self_rating",
+    "extracted_answer",
+    "correct",
+    "error",
+    "created_at",
+    "collection_id",
+    "revision",
+)
+GradeStamp = tuple[int, int, datetime]  # (collection id, revision, created_at) shared by one import's rows
+
+
 def _exam_grade_rows(
-    entry: ExamGradesIn, grader_pk: int, entry_pk: int, file: str, line: int, field: str
-) -> list[dict[str, Any]]:
+    entry: ExamGradesIn, grader_pk: int, entry_pk: int, where: tuple[str, int, str], stamp: GradeStamp
+) -> list[tuple[Any, ...]]:
+    file, line, field = where
     ratings, _ = _rating_key(entry, file, line, field)
     answers: dict[str, str] = {}
     for i, (item_id, answer) in enumerate(entry.answers):
@@ -137,64 +187,74 @@ def _exam_grade_rows(
     correct, wrong = set(entry.correctAnswered), set(entry.wrongAnswered)
     errors = entry.llm_response_errors or {}
     order = list(dict.fromkeys([*answers, *ratings, *entry.correctAnswered, *entry.wrongAnswered, *errors]))
+    collection_id, revision, created_at = stamp
     return [
-        {
-            "pool_entry_pk": entry_pk,
-            "grader_pk": grader_pk,
-            "item_id": item_id,
-            "position": position,
-            "raw_answer": answers.get(item_id),
-            "self_rating": ratings.get(item_id),
-            "extracted_answer": None,
-            "correct": True if item_id in correct else (False if item_id in wrong else None),
-            "error": errors.get(item_id),
-        }
+        (
+            entry_pk,
+            grader_pk,
+            item_id,
+            position,
+            answers.get(item_id),
+            ratings.get(item_id),
+            None,
+            True if item_id in correct else (False if item_id in wrong else None),
+            errors.get(item_id),
+            created_at,
+            collection_id,
+            revision,
+        )
         for position, item_id in enumerate(order)
     ]
 
 
-def write_paragraph_grades(
+def paragraph_grade_rows(
     session: Session,
-    report: ImportReport,
     entry_pk: int,
     paragraph: ParagraphIn,
     where: tuple[str, int, int],
-    stamp: tuple[int, int],
-) -> None:
-    """Upsert the paragraph's exam_grades and grades as Grade rows (one grader per entry).
+    stamp: GradeStamp,
+    graders: GraderCache,
+) -> list[tuple[Any, ...]]:
+    """The paragraph's exam_grades and grades as Grade rows in ``GRADE_COLUMNS`` order (one grader per entry).
 
-    ``where`` is (file, line, paragraph index) for error messages; ``stamp`` the (collection, revision).
+    ``where`` is (file, line, paragraph index) for error messages; ``stamp`` the import's
+    (collection, revision, created_at); ``graders`` the import's cache of its graders' keys.
+    Graders are created on first use; the rows are the caller's to write.
     """
     file, line, index = where
-    rows: list[dict[str, Any]] = []
+    rows: list[tuple[Any, ...]] = []
     for g, entry in enumerate(paragraph.exam_grades or []):
         field = f"paragraphs[{index}].exam_grades[{g}]"
         _, key = _rating_key(entry, file, line, field)
         prompt_type = entry.prompt_type or ("nugget" if key == "nugget_id" else "question")
         prompt_class = _prompt_class(entry, file, line, field)
-        grader_pk = _imported_grader(session, entry, prompt_type, entry.self_ratings is not None, prompt_class)
-        rows += _exam_grade_rows(entry, grader_pk, entry_pk, file, line, field)
+        grader_pk = _imported_grader(session, graders, entry, prompt_type, entry.self_ratings is not None, prompt_class)
+        rows += _exam_grade_rows(entry, grader_pk, entry_pk, (file, line, field), stamp)
+    collection_id, revision, created_at = stamp
     for d, direct in enumerate(paragraph.grades or []):
         prompt_class = _prompt_class(direct, file, line, f"paragraphs[{index}].grades[{d}]")
-        grader_pk = _imported_grader(session, direct, "direct_grading", direct.self_ratings is not None, prompt_class)
-        rows.append(
-            {
-                "pool_entry_pk": entry_pk,
-                "grader_pk": grader_pk,
-                "item_id": DIRECT_ITEM,
-                "position": 0,
-                "raw_answer": direct.answer,
-                "self_rating": direct.self_ratings,
-                "extracted_answer": None,
-                "correct": direct.correctAnswered,
-                "error": direct.llm_response_error,
-            }
+        grader_pk = _imported_grader(
+            session, graders, direct, "direct_grading", direct.self_ratings is not None, prompt_class
         )
-    keys = [(r["grader_pk"], r["item_id"]) for r in rows]
-    if len(set(keys)) != len(keys):
+        rows.append(
+            (
+                entry_pk,
+                grader_pk,
+                DIRECT_ITEM,
+                0,
+                direct.answer,
+                direct.self_ratings,
+                None,
+                direct.correctAnswered,
+                direct.llm_response_error,
+                created_at,
+                collection_id,
+                revision,
+            )
+        )
+    if len({(row[1], row[2]) for row in rows}) != len(rows):
         raise ImportFormatError(file, line, f"paragraphs[{index}].exam_grades", "two grade entries of one grader")
-    upsert_grades(session, rows, update=GRADE_FIELDS, stamp=stamp)
-    report.add("grades", len(rows))
+    return rows
 
 
 def exam_grades_entry(grader: Grader, grades: list[Grade]) -> dict[str, Any]:

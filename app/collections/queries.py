@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -133,12 +133,32 @@ def match_grader(available: Sequence[AnyGrader], *, model: str | None, prompt_cl
     )
 
 
-@dataclass(frozen=True, slots=True)
 class PoolKeys:
-    """pool entry pk → (query id, passage id), for one collection."""
+    """pool entry pk → (query id, passage id), for one collection.
 
-    collection_id: int
-    keys: dict[int, tuple[str, str]]
+    ``keys`` may be given as a function that builds the mapping: a snapshot keeps its pool as
+    arrays and builds this per-entry dict only for the readers that ask (overrides, judgments).
+    """
+
+    __slots__ = ("_build", "_keys", "collection_id")
+
+    def __init__(
+        self, collection_id: int, keys: dict[int, tuple[str, str]] | Callable[[], dict[int, tuple[str, str]]]
+    ) -> None:
+        self.collection_id = collection_id
+        self._keys = keys if isinstance(keys, dict) else None
+        self._build = None if isinstance(keys, dict) else keys
+
+    @property
+    def keys(self) -> dict[int, tuple[str, str]]:
+        if self._keys is None:
+            assert self._build is not None
+            self._keys = self._build()
+        return self._keys
+
+    @property
+    def built(self) -> bool:
+        return self._keys is not None
 
 
 def _in_collection(statement: AnySelect, entry_column: Any, pool: PoolKeys) -> AnySelect:

@@ -10,14 +10,13 @@ from __future__ import annotations
 import gzip
 import json
 import math
-import re
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from app.collections.errors import ImportFormatError
 from app.collections.limits import open_gzip
@@ -33,11 +32,14 @@ from app.collections.schemas import (
 )
 
 _GZIP_MAGIC = b"\x1f\x8b"
+_PARAGRAPHS = TypeAdapter(list[ParagraphIn])
 MAX_JSON_DEPTH = 32
-_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
-_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
-_INNERMOST_PAIR = re.compile(r"\[\]|\{\}")
-_HUGE_NUMBER = re.compile(r"[eE][+]?\d{3}|\d{300}")
+# Byte classes for json_depth_exceeds: brackets, quotes and backslashes; everything else is 0.
+_OPEN, _CLOSE, _QUOTE, _BACKSLASH = 1, 2, 3, 4
+_BYTE_KIND = bytearray(256)
+for _chars, _kind in (("[{", _OPEN), ("]}", _CLOSE), ('"', _QUOTE), ("\\", _BACKSLASH)):
+    for _char in _chars:
+        _BYTE_KIND[ord(_char)] = _kind
 
 
 def _is_gzip(path: Path) -> bool:
@@ -103,15 +105,28 @@ def _finite_float(text: str) -> float:
 def json_depth_exceeds(text: str, limit: int = MAX_JSON_DEPTH) -> bool:
     """Whether JSON ``text`` nests arrays/objects deeper than ``limit``, without parsing it.
 
-    Strings are blanked, then each regex pass removes the innermost ``[]``/``{}`` pairs: a
-    document of depth d is empty after exactly d passes (malformed text is left to the parser).
+    Vectorised over the UTF-8 bytes, each classed by one ``bytes.translate`` (a multi-byte
+    character never contains an ASCII byte): a quote after an even run of backslashes opens or
+    closes a string, brackets inside strings are ignored, and every other bracket is a step of
+    +1 or -1 whose largest running sum is the depth. Malformed text is left to the parser.
     """
-    shape = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
-    for _ in range(limit):
-        shape, removed = _INNERMOST_PAIR.subn("", shape)
-        if not shape or not removed:
-            return False
-    return bool(_INNERMOST_PAIR.search(shape))
+    import numpy as np  # lazily: most commands never read JSON
+
+    kind = np.frombuffer(text.encode("utf-8").translate(_BYTE_KIND), dtype=np.uint8)
+    if kind.size <= limit:
+        return False
+    quote = kind == _QUOTE
+    backslash = kind == _BACKSLASH
+    if backslash.any():
+        positions = np.arange(kind.size, dtype=np.int64)
+        last_other = np.maximum.accumulate(np.where(backslash, -1, positions))
+        run = np.zeros(kind.size, dtype=np.int64)  # backslashes just before each byte
+        run[1:] = positions[:-1] - last_other[:-1]
+        quote &= (run & 1) == 0
+    inside = np.bitwise_xor.accumulate(quote.view(np.uint8)).view(bool)
+    steps = (kind == _OPEN).view(np.int8) - (kind == _CLOSE).view(np.int8)
+    steps[inside] = 0
+    return bool(steps.cumsum(dtype=np.int64).max() > limit)
 
 
 def _nul_path(value: Any, path: str = "") -> str | None:
@@ -138,9 +153,8 @@ def load_json(file: str, line_no: int | None, text: str) -> Any:
     """``json.loads`` for untrusted text: bounded depth, finite numbers, no NUL; errors are located."""
     if json_depth_exceeds(text):
         raise ImportFormatError(file, line_no, None, f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
-    huge = _HUGE_NUMBER.search(_JSON_STRING.sub("", text)) is not None
     try:
-        value = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float if huge else None)
+        value = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
     except json.JSONDecodeError as exc:
         where = line_no if line_no is not None else exc.lineno
         raise ImportFormatError(file, where, None, f"invalid JSON ({exc.msg} at column {exc.colno})") from None
@@ -184,12 +198,21 @@ def read_interchange(path: Path) -> Iterator[InterchangeLine]:
         if isinstance(query_id, bool) or not isinstance(query_id, str | int) or str(query_id) == "":
             raise ImportFormatError(name, line_no, "query_id", "expected a non-empty string")
         check_length(str(query_id), QUERY_ID_MAX, name, line_no, "query_id")
-        paragraphs = []
-        for index, raw in enumerate(record[1]):
-            paragraph_id = raw.get("paragraph_id") if isinstance(raw, dict) else None
-            prefix = f"paragraphs[{index}]" + (f"(id={paragraph_id})" if paragraph_id else "") + "."
-            paragraphs.append(validate(ParagraphIn, raw, name, line_no, prefix))
-        yield InterchangeLine(line_no, str(query_id), paragraphs)
+        yield InterchangeLine(line_no, str(query_id), _paragraphs(record[1], name, line_no))
+
+
+def _paragraphs(raw: list[Any], file: str, line: int) -> list[ParagraphIn]:
+    """Validate a line's paragraphs in one call (a per-paragraph call costs a third more)."""
+    try:
+        paragraphs: list[ParagraphIn] = _PARAGRAPHS.validate_python(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        index, *loc = first["loc"]
+        item = raw[int(index)]
+        paragraph_id = item.get("paragraph_id") if isinstance(item, dict) else None
+        prefix = f"paragraphs[{index}]" + (f"(id={paragraph_id})" if paragraph_id else "") + "."
+        raise ImportFormatError(file, line, prefix + _loc(tuple(loc)), first["msg"]) from None
+    return paragraphs
 
 
 def read_banks(path: Path) -> Iterator[tuple[int, BankIn]]:

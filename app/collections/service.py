@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import String, Table, any_, bindparam, delete, insert, select, update
+from sqlalchemy import text as sql
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.collections import grades_io
+from app.collections.bulk import BulkUpsert, collector_paused
 from app.collections.errors import CollectionNotFound, ImportFormatError
 from app.collections.readers import (
     InterchangeLine,
@@ -22,11 +25,12 @@ from app.collections.readers import (
     read_queries,
     read_run,
 )
-from app.collections.revision import next_revision
+from app.collections.revision import GRADE_KEY, next_revision
 from app.collections.schemas import COLLECTION_NAME_MAX
 from app.errors import Conflict, Invalid
 from app.models import (
     Collection,
+    Grade,
     Judgment,
     OfficialRank,
     Passage,
@@ -35,9 +39,14 @@ from app.models import (
     RankingEntry,
     System,
 )
+from app.models.base import utcnow
 from app.sqlutil import chunks, upsert
 
 Progress = Callable[[int], None]
+ANALYZE_AFTER_ROWS = 5000  # new passages before PostgreSQL's statistics are first refreshed by an import
+# The tables, for Core statements that skip the ORM's per-row bookkeeping on bulk writes.
+PASSAGE = cast(Table, Passage.__table__)
+POOL_ENTRY = cast(Table, PoolEntry.__table__)
 
 
 def no_progress(_: int) -> None:
@@ -121,6 +130,7 @@ class CollectionWriter:
         )
         self._revision: int | None = None
         self._structural = False
+        self._inserted_passages = self._analyzed_at = 0
 
     # -- revisions (see app/collections/revision.py) -------------------------------------------
     def grade_stamp(self) -> tuple[int, int]:
@@ -169,14 +179,9 @@ class CollectionWriter:
         """passage id → pk; fills missing texts and refuses a different text for a stored passage."""
         ids = list(texts)
         existing: dict[str, tuple[int, str | None]] = {}
-        for batch in chunks(ids):
-            for row in self.session.execute(
-                select(Passage.passage_id, Passage.id, Passage.text).where(
-                    Passage.collection_id == self.collection.id, Passage.passage_id.in_(batch)
-                )
-            ):
-                existing[row.passage_id] = (row.id, row.text)
-        new_rows = []
+        for row in self._stored_passages(ids, Passage.text):
+            existing[row.passage_id] = (row.id, row.text)
+        new_rows: list[dict[str, Any]] = []
         for passage_id, text in texts.items():
             if passage_id not in existing:
                 new_rows.append({"collection_id": self.collection.id, "passage_id": passage_id, "text": text})
@@ -194,16 +199,41 @@ class CollectionWriter:
             self.session.execute(update(Passage).where(Passage.id == pk).values(text=text))
             self.report.add("passages", 1)
         if new_rows:
-            self.session.execute(insert(Passage), new_rows)
+            self.session.execute(insert(PASSAGE), new_rows)  # Core: no ORM bookkeeping per row
             self.report.add("passages", len(new_rows))
-            for batch in chunks([r["passage_id"] for r in new_rows]):
-                for passage_id, pk in self.session.execute(
-                    select(Passage.passage_id, Passage.id).where(
-                        Passage.collection_id == self.collection.id, Passage.passage_id.in_(batch)
-                    )
-                ):
-                    existing[passage_id] = (pk, None)
+            self._keep_statistics_current(len(new_rows))
+            for row in self._stored_passages([r["passage_id"] for r in new_rows]):
+                existing[row.passage_id] = (row.id, None)
         return {passage_id: existing[passage_id][0] for passage_id in ids}
+
+    def _keep_statistics_current(self, inserted: int) -> None:
+        """Analyse the passage and pool tables each time this import has doubled them (PostgreSQL).
+
+        A transaction's queries are planned with the statistics from before it: after a bulk insert
+        the tables still look empty, and every lookup scans the whole collection (seconds per line
+        at 100k passages). A few ANALYZEs per import (which see this transaction's rows) keep the
+        index plans; they are transactional and roll back with the import.
+        """
+        if self.session.get_bind().dialect.name != "postgresql":
+            return
+        self._inserted_passages += inserted
+        if self._inserted_passages >= max(ANALYZE_AFTER_ROWS, 2 * self._analyzed_at):
+            self.session.execute(sql("ANALYZE passage, pool_entry"))
+            self._analyzed_at = self._inserted_passages
+
+    def _stored_passages(self, ids: list[str], *columns: Any) -> Iterator[Any]:
+        """(passage_id, id, *columns) of the collection's stored passages among ``ids``."""
+        query = select(Passage.passage_id, Passage.id, *columns).where(Passage.collection_id == self.collection.id)
+        if self.session.get_bind().dialect.name == "postgresql":
+            # One array parameter: a long IN list of parameters makes PostgreSQL's generic plan
+            # compare every row with every id (seconds per batch once a collection is large).
+            for batch in chunks(ids, 5000):
+                yield from self.session.execute(
+                    query.where(Passage.passage_id == any_(bindparam("ids", list(batch), type_=ARRAY(String))))
+                )
+            return
+        for batch in chunks(ids):
+            yield from self.session.execute(query.where(Passage.passage_id.in_(batch)))
 
     def ensure_pool(self, query_pk: int, passage_pks: list[int]) -> dict[int, int]:
         """passage pk → pool entry pk for one query; new entries go after the existing ones."""
@@ -215,7 +245,7 @@ class CollectionWriter:
             self.structure_changed()
             start = len(stored)
             self.session.execute(
-                insert(PoolEntry),
+                insert(POOL_ENTRY),
                 [{"query_pk": query_pk, "passage_pk": pk, "position": start + i} for i, pk in enumerate(missing)],
             )
             self.report.add("pool_entries", len(missing))
@@ -281,57 +311,118 @@ def _check_unique(ids: Iterable[str], file: str, line: int, field: str, what: st
         seen.add(value)
 
 
-def _write_interchange_line(writer: CollectionWriter, record: InterchangeLine, file: str) -> None:
+RANKING_COLUMNS = ("system_pk", "pool_entry_pk", "rank", "score", "position")
+
+
+class InterchangeSink:
+    """The bulk writers of one interchange import: grade and ranking rows leave in batches."""
+
+    def __init__(self, writer: CollectionWriter, batch_size: int) -> None:
+        session = writer.session
+        self.writer = writer
+        self.grades = BulkUpsert(
+            session,
+            cast(Table, Grade.__table__),
+            grades_io.GRADE_COLUMNS,
+            keys=GRADE_KEY,
+            update=(*grades_io.GRADE_FIELDS, "revision"),
+            batch_size=batch_size,
+        )
+        self.rankings = BulkUpsert(
+            session,
+            cast(Table, RankingEntry.__table__),
+            RANKING_COLUMNS,
+            keys=("system_pk", "pool_entry_pk"),
+            update=("rank", "score", "position"),
+            batch_size=batch_size,
+        )
+        self.created_at = utcnow()
+        self.graders: grades_io.GraderCache = {}
+
+    def grade_stamp(self) -> grades_io.GradeStamp:
+        collection_id, revision = self.writer.grade_stamp()
+        return collection_id, revision, self.created_at
+
+    def flush(self) -> None:
+        self.grades.flush()
+        self.rankings.flush()
+        self.writer.report.add("grades", self.grades.written)
+        self.writer.report.add("rankings", self.rankings.written)
+
+
+def _write_markup(session: Session, markup: dict[int, Any]) -> None:
+    """Each passage's markup becomes the file's; a file without markup clears it in one statement per chunk."""
+    given = [{"id": pk, "markup": value} for pk, value in markup.items() if value is not None]
+    if given:
+        session.execute(update(Passage), given)
+    for batch in chunks([pk for pk, value in markup.items() if value is None]):
+        session.execute(update(PASSAGE).where(Passage.id.in_(batch)).values(markup=None))
+
+
+def _write_interchange_line(sink: InterchangeSink, record: InterchangeLine, file: str) -> None:
+    writer = sink.writer
     _check_unique((p.paragraph_id for p in record.paragraphs), file, record.line, "paragraph_id", "paragraph id")
     query_pk = writer.ensure_query(record.query_id)
     texts: dict[str, str | None] = {p.paragraph_id: p.text for p in record.paragraphs}
     passage_pks = writer.ensure_passages(texts, file, {pid: record.line for pid in texts})
-    markup = [{"id": passage_pks[p.paragraph_id], "markup": p.paragraph} for p in record.paragraphs]
-    writer.session.execute(update(Passage), markup)
+    _write_markup(writer.session, {passage_pks[p.paragraph_id]: p.paragraph for p in record.paragraphs})
     entries = writer.ensure_pool(query_pk, [passage_pks[p.paragraph_id] for p in record.paragraphs])
-    rankings: list[dict[str, Any]] = []
     judgments: dict[int, list[tuple[int, str | None]]] = {}
     for index, paragraph in enumerate(record.paragraphs):
         entry = entries[passage_pks[paragraph.paragraph_id]]
         data = paragraph.paragraph_data
-        _check_unique(
-            (r.method for r in data.rankings),
-            file,
-            record.line,
-            f"paragraphs[{index}].paragraph_data.rankings",
-            "method",
-        )
-        for position, ranking in enumerate(data.rankings):
-            rankings.append(
-                {
-                    "system_pk": writer.ensure_system(ranking.method),
-                    "pool_entry_pk": entry,
-                    "rank": ranking.rank,
-                    "score": float(ranking.score),
-                    "position": position,
-                }
+        if data.rankings:
+            methods = [ranking["method"] for ranking in data.rankings]
+            if len(set(methods)) != len(methods):
+                where = f"paragraphs[{index}].paragraph_data.rankings"
+                _check_unique(methods, file, record.line, where, "method")
+            writer.structure_changed()
+            systems = [writer.system_pks.get(method) or writer.ensure_system(method) for method in methods]
+            sink.rankings.extend(
+                [
+                    (system, entry, ranking["rank"], float(ranking["score"]), position)
+                    for position, (system, ranking) in enumerate(zip(systems, data.rankings, strict=True))
+                ]
             )
         if data.judgments:
             judgments[entry] = [(j.relevance, j.titleQuery) for j in data.judgments]
-        grades_io.write_paragraph_grades(
-            writer.session, writer.report, entry, paragraph, (file, record.line, index), writer.grade_stamp()
+        sink.grades.extend(
+            grades_io.paragraph_grade_rows(
+                writer.session, entry, paragraph, (file, record.line, index), sink.grade_stamp(), sink.graders
+            )
         )
-    writer.write_rankings(rankings)
     writer.replace_judgments(judgments)
 
 
 def import_interchange(
-    session: Session, collection: Collection, path: Path, progress: Progress = no_progress
+    session: Session,
+    collection: Collection,
+    path: Path,
+    progress: Progress = no_progress,
+    *,
+    batch_size: int | None = None,
 ) -> ImportReport:
-    """Import an upstream ``[query_id, [paragraph, …]]`` file: passages, pool, rankings, judgments, grades."""
+    """Import an upstream ``[query_id, [paragraph, …]]`` file: passages, pool, rankings, judgments, grades.
+
+    Grade and ranking rows are written in batches of ``batch_size`` (the ``import_batch_size``
+    setting) by app/collections/bulk.py, in the caller's transaction: an error on a later line
+    still leaves nothing written once the caller rolls back.
+    """
+    if batch_size is None:
+        from app.config import get_settings
+
+        batch_size = get_settings().import_batch_size
     writer = CollectionWriter(session, collection)
+    sink = InterchangeSink(writer, batch_size)
     seen_queries: set[str] = set()
-    for record in read_interchange(path):
-        if record.query_id in seen_queries:
-            raise ImportFormatError(str(path), record.line, "query_id", f"duplicate query {record.query_id!r}")
-        seen_queries.add(record.query_id)
-        _write_interchange_line(writer, record, str(path))
-        progress(len(record.paragraphs))
+    with collector_paused():
+        for record in read_interchange(path):
+            if record.query_id in seen_queries:
+                raise ImportFormatError(str(path), record.line, "query_id", f"duplicate query {record.query_id!r}")
+            seen_queries.add(record.query_id)
+            _write_interchange_line(sink, record, str(path))
+            progress(len(record.paragraphs))
+        sink.flush()
     session.flush()
     return writer.report
 

@@ -1,4 +1,4 @@
-"""In-memory evaluation snapshots: a collection's pool, rankings and grades as arrays, kept current.
+"""In-memory evaluation snapshots: a collection's pool, rankings and grades as compact arrays, kept current.
 
 A leaderboard reads every ranking row and every grade cell of a collection. Reading them from
 the database on every recompute costs seconds on a DL-sized collection, so each process keeps one
@@ -10,168 +10,524 @@ snapshot per collection and brings it up to date on use, within the caller's ses
   are read and applied (see app/collections/revision.py for why that misses nothing);
 * neither: nothing is read but the collection row.
 
-Rubric versions and judges' overrides are small and are applied per request on top of the
-grades (``app.leaderboards.service``). Frames handed out are copies, safe to use while another
-thread refreshes the snapshot.
+Memory (docs/snapshots.md): no per-cell or per-row Python objects. A grader's cells are three
+columns sorted by the cell key ``entry << 32 | item code`` (int64 key, int8 rating, bool), upserted
+with ``np.searchsorted``; rankings are int32 columns and float64 scores (trec's order depends on
+them). Snapshots are kept least recently used first out, bounded by ``snapshot_memory_mb``.
+
+A cold build reads a persisted copy (app/collections/snapshot_files.py) when one matches the
+database, the collection's structure token and a revision not above the database's; else it
+reads the database in chunks and writes the copy. Rubric versions and judges' overrides are small
+and are applied per request on top of the grades (``app.leaderboards.service``). Frames handed
+out are int64 copies, safe to use while another thread refreshes the snapshot.
 """
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
 
-from app.collections import queries
+from app.collections import queries, snapshot_files
 from app.collections.queries import GraderRef, PoolKeys
+from app.config import get_settings
 from app.evaluation.frame import NO_RATING, GradeFrame, PoolIndex, RankingFrame
-from app.models import Collection, Grade, Grader, RankingEntry, System
+from app.models import Collection, Grade, Grader, Passage, PoolEntry, Query, RankingEntry, System
 
-MAX_SNAPSHOTS = 8  # collections kept per process, least recently used dropped first
+FETCH_ROWS = 50_000  # rows per fetchmany: a cold build holds one chunk of driver tuples at a time, not all
+ITEM_BITS = 32  # a cell's key is entry << ITEM_BITS | item code
+ITEM_MASK = (1 << ITEM_BITS) - 1
 # cells as columns: entry positions, item ids, self-ratings, correct flags
-GradeColumns = tuple[list[int], list[str], list[int | None], list[bool | None]]
+GradeColumns = tuple[Sequence[int], Sequence[str], Sequence[int | None], Sequence[bool | None]]
+Int64s = npt.NDArray[np.int64]
+# honest estimates for what is not an array: a short str object plus its tuple slot, and a dict
+# slot with boxed int key and value (the per-entry dicts built only for readers that ask for them)
+STR_BYTES = 57
+DICT_ENTRY_BYTES = 100
 
 
-@dataclass(frozen=True, slots=True)
+def _narrow(values: Int64s, dtype: type[np.signedinteger[Any]]) -> np.ndarray[Any, Any]:
+    """``values`` in ``dtype`` if every value fits, else unchanged (hostile input stays exact)."""
+    info = np.iinfo(dtype)
+    if len(values) == 0 or (values.min() >= info.min and values.max() <= info.max):
+        return values.astype(dtype, copy=False)
+    return values
+
+
 class Structure:
-    """What only structural writes change: the pool and the systems' rankings."""
+    """What only structural writes change: the pool and the systems' rankings, as arrays.
 
-    token: str
-    pool: PoolKeys
-    index: PoolIndex
-    rankings: RankingFrame
-    position: dict[int, int]  # pool entry pk → entry position in ``index``
+    Entry e of ``index`` is pool entry pk ``entry_pks[e]``. ``position`` (pk → entry) and ``pool``
+    (pk → query and passage ids) are per-entry dicts, built on first use by the readers that need them.
+    """
+
+    def __init__(
+        self, token: str, collection_id: int, index: PoolIndex, entry_pks: Int64s, rankings: RankingFrame
+    ) -> None:
+        self.token = token
+        self.collection_id = collection_id
+        self.index = index
+        self.entry_pks = entry_pks
+        self.rankings = rankings
+        self._by_pk = np.argsort(entry_pks, kind="stable").astype(np.int32)
+        self._sorted_pks = entry_pks[self._by_pk]
+        self._position: dict[int, int] | None = None
+        self.pool = PoolKeys(collection_id, self._pool_keys)
+        self._strings = sum(STR_BYTES + len(s) for s in (*index.passage_ids, *index.query_ids, *rankings.systems))
+
+    def positions_of(self, pks: Any) -> Int64s:
+        """Entry positions of pool entry pks; -1 where a pk is not in this pool."""
+        wanted = np.asarray(pks, dtype=np.int64)
+        if len(self._sorted_pks) == 0:
+            return np.full(len(wanted), -1, dtype=np.int64)
+        at = np.minimum(np.searchsorted(self._sorted_pks, wanted), len(self._sorted_pks) - 1)
+        return np.where(self._sorted_pks[at] == wanted, self._by_pk[at], -1).astype(np.int64)
+
+    @property
+    def position(self) -> dict[int, int]:
+        """pool entry pk → entry position (built on first use)."""
+        if self._position is None:
+            self._position = dict(zip(self.entry_pks.tolist(), range(len(self.entry_pks)), strict=True))
+        return self._position
+
+    def _pool_keys(self) -> dict[int, tuple[str, str]]:
+        query_ids, passage_ids = self.index.query_ids, self.index.passage_ids
+        pairs = zip(self.entry_pks.tolist(), self.index.entry_query.tolist(), strict=True)
+        return {pk: (query_ids[q], passage_ids[e]) for e, (pk, q) in enumerate(pairs)}
+
+    def nbytes(self) -> int:
+        r = self.rankings
+        arrays = (self.entry_pks, self._by_pk, self._sorted_pks, self.index.entry_query, r.system, r.entry, r.rank)
+        dict_entries = (self._position is not None) + 2 * self.pool.built  # the pool's values are tuples
+        return (
+            sum(a.nbytes for a in arrays)
+            + r.score.nbytes
+            + self._strings
+            + dict_entries * DICT_ENTRY_BYTES * len(self.entry_pks)
+        )
+
+    def arrays(self) -> snapshot_files.Arrays:
+        """The structure as named arrays (the persisted form)."""
+        query_blob, query_ends = snapshot_files.pack_strings(self.index.query_ids)
+        passage_blob, passage_ends = snapshot_files.pack_strings(self.index.passage_ids)
+        system_blob, system_ends = snapshot_files.pack_strings(self.rankings.systems)
+        r = self.rankings
+        return {
+            "entry_pks": self.entry_pks,
+            "entry_query": self.index.entry_query,
+            "query_blob": query_blob,
+            "query_ends": query_ends,
+            "passage_blob": passage_blob,
+            "passage_ends": passage_ends,
+            "system_blob": system_blob,
+            "system_ends": system_ends,
+            "r_system": r.system,
+            "r_entry": r.entry,
+            "r_rank": r.rank,
+            "r_score": r.score,
+        }
+
+    @classmethod
+    def from_arrays(cls, token: str, collection_id: int, a: snapshot_files.Arrays) -> Structure:
+        """The structure from its persisted arrays; ValueError when they do not fit together."""
+        index = PoolIndex(
+            snapshot_files.unpack_strings(a["query_blob"], a["query_ends"]),
+            a["entry_query"].astype(np.int64),
+            snapshot_files.unpack_strings(a["passage_blob"], a["passage_ends"]),
+        )
+        systems = snapshot_files.unpack_strings(a["system_blob"], a["system_ends"])
+        n_entries, n_rows = index.n_entries, len(a["r_entry"])
+        columns = (a["r_system"], a["r_entry"], a["r_rank"], a["r_score"])
+        if (
+            len(a["entry_pks"]) != n_entries
+            or len(index.entry_query) != n_entries
+            or any(len(c) != n_rows for c in columns)
+            or any(c.dtype.kind != "i" for c in (a["entry_pks"], *columns[:3]))
+            or a["r_score"].dtype != np.float64
+            or not _within(index.entry_query, len(index.query_ids))
+            or not _within(a["r_entry"], n_entries)
+            or not _within(a["r_system"], len(systems))
+        ):
+            raise ValueError("structure arrays do not fit together")
+        structure = cls(
+            token, collection_id, index, a["entry_pks"].astype(np.int64), RankingFrame(index, systems, *columns)
+        )
+        if n_entries > 1 and not bool(np.all(structure._sorted_pks[1:] > structure._sorted_pks[:-1])):
+            raise ValueError("a pool entry pk appears twice")
+        return structure
+
+
+def _within(codes: np.ndarray[Any, Any], size: int) -> bool:
+    return len(codes) == 0 or (int(codes.min()) >= 0 and int(codes.max()) < size)
 
 
 def load_structure(session: Session, collection: Collection, token: str) -> Structure:
+    """The collection's pool, systems and rankings from the database, read in chunks."""
     collection_id = collection.id
-    pool = queries.pool_keys(session, collection)
-    index = PoolIndex.from_pairs(pool.keys.values())
-    position = {pk: e for e, pk in enumerate(pool.keys)}
-    systems = dict(
-        session.execute(
-            select(System.id, System.name).where(System.collection_id == collection_id).order_by(System.id)
-        ).all()
+    entry_pks: list[int] = []
+    entry_query: list[int] = []
+    passage_ids: list[str] = []
+    query_position: dict[str, int] = {}
+    pool = (
+        select(PoolEntry.id, Query.query_id, Passage.passage_id)
+        .join(Query, Query.id == PoolEntry.query_pk)
+        .join(Passage, Passage.id == PoolEntry.passage_pk)
+        .where(Query.collection_id == collection_id)
+        .order_by(Query.position, PoolEntry.position)
     )
-    system_position = {pk: s for s, pk in enumerate(systems)}
-    rows = core_rows(
-        session,
+    for chunk in fetch_chunks(session, pool):
+        for pk, query_id, passage_id in chunk:
+            entry_pks.append(pk)
+            entry_query.append(query_position.setdefault(query_id, len(query_position)))
+            passage_ids.append(passage_id)
+    index = PoolIndex(tuple(query_position), np.asarray(entry_query, dtype=np.int64), tuple(passage_ids))
+    systems = session.execute(
+        select(System.id, System.name).where(System.collection_id == collection_id).order_by(System.id)
+    ).all()
+    system_pks = np.asarray([pk for pk, _ in systems], dtype=np.int64)
+    structure = Structure(token, collection_id, index, np.asarray(entry_pks, dtype=np.int64), _no_rankings(index))
+    blocks: list[tuple[np.ndarray[Any, Any], ...]] = []  # per chunk: int32 columns where they fit, float64 scores
+    rows = (
         select(RankingEntry.system_pk, RankingEntry.pool_entry_pk, RankingEntry.rank, RankingEntry.score)
         .join(System, System.id == RankingEntry.system_pk)
-        .where(System.collection_id == collection_id),
+        .where(System.collection_id == collection_id)
     )
-    system_pks, entry_pks, ranks, scores = _columns(rows, 4)
+    for chunk in fetch_chunks(session, rows):
+        n = len(chunk)
+        blocks.append(
+            (
+                _narrow(np.searchsorted(system_pks, np.fromiter(map(itemgetter(0), chunk), np.int64, n)), np.int32),
+                _narrow(structure.positions_of(np.fromiter(map(itemgetter(1), chunk), np.int64, n)), np.int32),
+                _narrow(np.fromiter(map(itemgetter(2), chunk), np.int64, n), np.int32),
+                np.fromiter(map(itemgetter(3), chunk), np.float64, n),
+            )
+        )
+    system, entry, rank, score = [np.concatenate(c) for c in zip(*blocks, strict=True)] if blocks else _empty_columns()
     rankings = RankingFrame(
         index,
-        tuple(systems.values()),
-        np.asarray([system_position[pk] for pk in system_pks], dtype=np.int64),
-        np.asarray([position[pk] for pk in entry_pks], dtype=np.int64),
-        np.asarray(ranks, dtype=np.int64),
-        np.asarray(scores, dtype=np.float64),
+        tuple(name for _, name in systems),
+        _narrow(system, np.int32),
+        _narrow(entry, np.int32),
+        _narrow(rank, np.int32),
+        score.astype(np.float64, copy=False),
     )
-    return Structure(token, pool, index, rankings, position)
+    # Rows in trec_eval's order once per structure (and so in its persisted copy): every later
+    # evaluation then finds them sorted instead of sorting 3.2M rows again (RankingFrame.trec_order).
+    order = rankings.trec_order()
+    structure.rankings = RankingFrame(
+        index, rankings.systems, rankings.system[order], rankings.entry[order], rankings.rank[order], score[order]
+    )
+    return structure
+
+
+def _empty_columns() -> tuple[Int64s, Int64s, Int64s, npt.NDArray[np.float64]]:
+    return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float64)
+
+
+def _no_rankings(index: PoolIndex) -> RankingFrame:
+    system, entry, rank, score = _empty_columns()
+    return RankingFrame(index, (), system, entry, rank, score)
+
+
+def fetch_chunks(session: Session, statement: Select[*tuple[Any, ...]]) -> Iterator[list[tuple[Any, ...]]]:
+    """The statement's rows as the driver's plain tuples, ``FETCH_ROWS`` at a time (see ``core_rows``)."""
+    result = session.connection().execute(statement)
+    try:
+        while chunk := result.cursor.fetchmany(FETCH_ROWS):
+            yield list(chunk)
+    finally:
+        result.close()
 
 
 class GradeStore:
-    """One grader's cells in growable arrays; applying a row again overwrites its cell."""
+    """One grader's cells as columns sorted by cell key; applying a row again overwrites its cell.
+
+    Cell c grades entry ``keys[c] >> 32`` against item ``items[keys[c] & 0xFFFFFFFF]``. Item codes
+    number item ids in the order they first arrive.
+    """
 
     def __init__(self, grader: GraderRef) -> None:
         self.grader = grader
         self.items: list[str] = []
         self._item_code: dict[str, int] = {}
-        self._cell_of: dict[int, int] = {}  # entry << 32 | item code → cell
-        self._columns = {
-            "entry": np.empty(0, np.int64),
-            "item": np.empty(0, np.int64),
-            "rating": np.empty(0, np.int64),
-            "correct": np.empty(0, bool),
-        }
-        self.size = 0
+        self.keys: Int64s = np.zeros(0, np.int64)
+        self.rating: np.ndarray[Any, Any] = np.zeros(0, np.int8)
+        self.correct: npt.NDArray[np.bool_] = np.zeros(0, bool)
+
+    @property
+    def size(self) -> int:
+        return len(self.keys)
+
+    def item_codes(self, item_ids: Sequence[str]) -> npt.NDArray[np.int32]:
+        item_code = self._item_code
+        # setdefault(key, len(d)) numbers new keys 0, 1, 2, … in the order they first appear
+        codes = np.fromiter((item_code.setdefault(i, len(item_code)) for i in item_ids), np.int32, len(item_ids))
+        self.items.extend(list(item_code)[len(self.items) :])
+        return codes
 
     def apply(self, cells: GradeColumns) -> None:
         """Upsert cells given as columns: entry positions, item ids, self-ratings, correct flags."""
         entries, item_ids, ratings, correct = cells
-        item_code, cell_of = self._item_code, self._cell_of
-        # setdefault(key, len(d)) numbers new keys 0, 1, 2, … in the order they first appear
-        codes = [item_code.setdefault(item_id, len(item_code)) for item_id in item_ids]
-        self.items.extend(list(item_code)[len(self.items) :])
-        index = [cell_of.setdefault(e << 32 | c, len(cell_of)) for e, c in zip(entries, codes, strict=True)]
-        self._grow(len(cell_of))
-        at = np.asarray(index, dtype=np.int64)
-        self._columns["entry"][at] = entries
-        self._columns["item"][at] = codes
-        self._columns["rating"][at] = [NO_RATING if r is None else r for r in ratings]
-        self._columns["correct"][at] = [bool(c) for c in correct]
-        self.size = len(cell_of)
+        n = len(entries)
+        self.apply_arrays(
+            np.fromiter(entries, np.int64, n),
+            self.item_codes(item_ids),
+            np.fromiter((NO_RATING if r is None else r for r in ratings), np.int64, n),
+            np.fromiter((bool(c) for c in correct), bool, n),
+        )
 
-    def _grow(self, size: int) -> None:
-        capacity = len(self._columns["entry"])
-        if size <= capacity:
-            return
-        capacity = max(size, 2 * capacity, 1024)
-        for name, column in self._columns.items():
-            grown = np.zeros(capacity, dtype=column.dtype)
-            grown[: len(column)] = column
-            self._columns[name] = grown
+    def apply_arrays(
+        self,
+        entry: npt.NDArray[np.integer[Any]],
+        code: npt.NDArray[np.integer[Any]],
+        rating: Int64s,
+        correct: npt.NDArray[np.bool_],
+    ) -> None:
+        """Upsert cells given as arrays; of cells repeated in one batch the last one wins, as in a database."""
+        self.rating = _fitting(self.rating, rating)
+        self.keys, (self.rating, self.correct) = upsert(
+            self.keys, (self.rating, self.correct), entry.astype(np.int64) << ITEM_BITS | code, (rating, correct)
+        )
 
     def frame(self, pool: PoolIndex) -> GradeFrame:
-        entry, item, rating, correct = (self._columns[name][: self.size].copy() for name in self._columns)
-        return GradeFrame(pool, tuple(self.items), entry, item, rating, correct, self.grader.is_self_rated)
+        """The cells as a frame of int64 copies (downstream code indexes and multiplies them freely)."""
+        return GradeFrame(
+            pool,
+            tuple(self.items),
+            self.keys >> ITEM_BITS,
+            self.keys & ITEM_MASK,
+            self.rating.astype(np.int64),
+            self.correct.copy(),
+            self.grader.is_self_rated,
+        )
+
+    def nbytes(self) -> int:
+        strings = sum(STR_BYTES + len(i) for i in self.items) + DICT_ENTRY_BYTES * len(self.items)
+        return self.keys.nbytes + self.rating.nbytes + self.correct.nbytes + strings
+
+    def arrays(self) -> snapshot_files.Arrays:
+        item_blob, item_ends = snapshot_files.pack_strings(self.items)
+        return {
+            "keys": self.keys,
+            "rating": self.rating,
+            "correct": self.correct,
+            "item_blob": item_blob,
+            "item_ends": item_ends,
+        }
+
+    @classmethod
+    def from_arrays(cls, grader: GraderRef, a: snapshot_files.Arrays, n_entries: int) -> GradeStore:
+        """The store from its persisted arrays; ValueError when they do not fit the structure."""
+        store = cls(grader)
+        store.items = list(snapshot_files.unpack_strings(a["item_blob"], a["item_ends"]))
+        store._item_code = {item: code for code, item in enumerate(store.items)}
+        keys, rating, correct = a["keys"], a["rating"], a["correct"]
+        if (
+            keys.dtype != np.int64
+            or rating.dtype.kind != "i"
+            or correct.dtype != np.bool_
+            or not len(keys) == len(rating) == len(correct)
+            or len(store._item_code) != len(store.items)
+            or (len(keys) and not bool(np.all(keys[1:] > keys[:-1])))
+            or not _within(keys >> ITEM_BITS, n_entries)
+            or not _within(keys & ITEM_MASK, len(store.items))
+        ):
+            raise ValueError("grade arrays do not fit the structure")
+        store.keys, store.rating, store.correct = keys, rating, correct
+        return store
+
+
+def _fitting(column: np.ndarray[Any, Any], values: Int64s) -> np.ndarray[Any, Any]:
+    """``column`` widened if ``values`` do not fit its dtype (ratings are small; hostile ones stay exact)."""
+    info = np.iinfo(column.dtype)
+    if len(values) == 0 or (values.min() >= info.min and values.max() <= info.max):
+        return column
+    return column.astype(np.int64)
+
+
+def upsert(
+    keys: Int64s, columns: tuple[np.ndarray[Any, Any], ...], key: Int64s, values: tuple[np.ndarray[Any, Any], ...]
+) -> tuple[Int64s, tuple[np.ndarray[Any, Any], ...]]:
+    """Sorted ``keys`` and their ``columns`` with (``key``, ``values``) upserted: found keys overwritten, new inserted.
+
+    Of keys repeated in one batch the last one wins, as rows applied in order would. O(n) per
+    batch (one merge), no per-cell Python objects.
+    """
+    if len(key) == 0:
+        return keys, columns
+    order = np.argsort(key, kind="stable")
+    key, values = key[order], tuple(v[order] for v in values)
+    last = np.r_[key[1:] != key[:-1], True]
+    key, values = key[last], tuple(v[last] for v in values)
+    at = np.searchsorted(keys, key)
+    found = at < len(keys)
+    found[found] = keys[at[found]] == key[found]
+    for column, value in zip(columns, values, strict=True):
+        column[at[found]] = value[found]
+    new = ~found
+    if not new.any():
+        return keys, columns
+    return np.insert(keys, at[new], key[new]), tuple(
+        np.insert(column, at[new], value[new]) for column, value in zip(columns, values, strict=True)
+    )
+
+
+GRADE_ARRAYS = ("keys", "rating", "correct", "item_blob", "item_ends")
+STRUCTURE_ARRAYS = (
+    "entry_pks",
+    "entry_query",
+    "query_blob",
+    "query_ends",
+    "passage_blob",
+    "passage_ends",
+    "system_blob",
+    "system_ends",
+    "r_system",
+    "r_entry",
+    "r_rank",
+    "r_score",
+)
 
 
 class CollectionSnapshot:
     """One collection's structure and, per grader asked for so far, its grades."""
 
-    def __init__(self, collection_id: int, structure: Structure, revision: int, graders: list[GraderRef]) -> None:
+    def __init__(
+        self,
+        collection_id: int,
+        structure: Structure,
+        revision: int,
+        graders: list[GraderRef],
+        database: snapshot_files.Database | None = None,
+    ) -> None:
         self.collection_id = collection_id
         self.structure = structure
         self.revision = revision
         self.graders = {g.id: g for g in graders}
         self.stores: dict[int, GradeStore] = {}
         self.stale = False  # set when a refresh saw rows of a newer structure than its own
+        self.database = database  # where persisted files go and whose they are; None: keep none
         self.lock = threading.Lock()
 
     def grader_list(self) -> list[GraderRef]:
         """The graders with grades in the collection, oldest first."""
         return [self.graders[pk] for pk in sorted(self.graders)]
 
+    def nbytes(self) -> int:
+        """Memory held: arrays, plus estimates for the strings and the dicts built on demand."""
+        return self.structure.nbytes() + sum(store.nbytes() for store in list(self.stores.values()))
+
     def grades(self, session: Session, grader_pk: int) -> GradeFrame:
         """The grader's cells as a frame (a copy), loading them on first use."""
         with self.lock:
             store = self.stores.get(grader_pk)
             if store is None:
-                store = self.stores[grader_pk] = GradeStore(self.graders[grader_pk])
-                rows = core_rows(session, _grade_rows(self.collection_id).where(Grade.grader_pk == grader_pk))
-                store.apply(self._positioned(rows))
-            return store.frame(self.structure.index)
+                store = self.stores[grader_pk] = self._load_store(session, grader_pk)
+                loaded = True
+            else:
+                loaded = False
+            frame = store.frame(self.structure.index)
+        if loaded:
+            _evict()
+        return frame
+
+    def _load_store(self, session: Session, grader_pk: int) -> GradeStore:
+        """From the persisted file plus the rows above its revision, else from the database (then persisted)."""
+        grader = self.graders[grader_pk]
+        token = self.structure.token
+        path = (
+            None
+            if self.database is None
+            else snapshot_files.grades_path(self.database, self.collection_id, token, grader_pk)
+        )
+        if path is not None:
+            store = self._read_store(session, path, grader)
+            if store is not None:
+                return store
+        store = GradeStore(grader)
+        self._apply_rows(
+            store, fetch_chunks(session, _grade_rows(self.collection_id).where(Grade.grader_pk == grader_pk))
+        )
+        release_freed_memory()
+        if path is not None and not self.stale:
+            meta = self._meta("grades") | {"grader": grader_pk, "revision": self.revision}
+            snapshot_files.write(path, meta, store.arrays())
+        return store
+
+    def _read_store(self, session: Session, path: Path, grader: GraderRef) -> GradeStore | None:
+        found = snapshot_files.read(path, self._meta("grades") | {"grader": grader.id}, GRADE_ARRAYS)
+        if found is None:
+            return None
+        meta, arrays = found
+        file_revision = meta.get("revision")
+        if type(file_revision) is not int or file_revision > self.revision:  # another history: drop it
+            snapshot_files.discard(path)
+            return None
+        try:
+            store = GradeStore.from_arrays(grader, arrays, self.structure.index.n_entries)
+        except ValueError:
+            snapshot_files.discard(path)
+            return None
+        newer = _grade_rows(self.collection_id).where(Grade.grader_pk == grader.id, Grade.revision > file_revision)
+        self._apply_rows(store, fetch_chunks(session, newer))
+        return store
+
+    def _meta(self, kind: str) -> dict[str, Any]:
+        return {
+            "format": snapshot_files.FORMAT,
+            "kind": kind,
+            "identity": None if self.database is None else self.database.identity,
+            "collection": self.collection_id,
+            "token": self.structure.token,
+        }
 
     def apply_changes(self, session: Session, revision: int) -> None:
         """Read the grade rows written after the revision seen so far and apply them."""
-        rows = core_rows(session, _grade_rows(self.collection_id).where(Grade.revision > self.revision))
-        new = {row[0] for row in rows} - set(self.graders)
-        if new:
-            self.graders.update(
-                (g.id, GraderRef.of(g)) for g in session.scalars(select(Grader).where(Grader.id.in_(new)))
-            )
-        for grader_pk, store in self.stores.items():
-            store.apply(self._positioned([row for row in rows if row[0] == grader_pk]))
+        for chunk in fetch_chunks(session, _grade_rows(self.collection_id).where(Grade.revision > self.revision)):
+            new = {row[0] for row in chunk} - set(self.graders)
+            if new:
+                self.graders.update(
+                    (g.id, GraderRef.of(g)) for g in session.scalars(select(Grader).where(Grader.id.in_(new)))
+                )
+            for grader_pk, store in self.stores.items():
+                self._apply_rows(store, iter([[row for row in chunk if row[0] == grader_pk]]))
         self.revision = revision
 
-    def _positioned(self, rows: Sequence[tuple[Any, ...]]) -> GradeColumns:
-        """(grader, entry pk, item, rating, correct) rows → cell columns with entry positions."""
-        position = self.structure.position
-        known = [row for row in rows if row[1] in position]
-        if len(known) < len(rows):  # written after a structural change this snapshot predates: rebuild next time
-            self.stale = True
-        _, entry_pks, item_ids, ratings, correct = _columns(known, 5)
-        return [position[pk] for pk in entry_pks], item_ids, ratings, correct
+    def _apply_rows(self, store: GradeStore, chunks: Iterator[list[tuple[Any, ...]]]) -> None:
+        """Apply (grader, entry pk, item, rating, correct) rows; rows of entries this structure lacks mark it stale."""
+        blocks = []
+        for chunk in chunks:
+            if not chunk:
+                continue
+            n = len(chunk)
+            entry = self.structure.positions_of(np.fromiter(map(itemgetter(1), chunk), np.int64, n))
+            known = entry >= 0
+            if not known.all():  # written after a structural change this snapshot predates: rebuild next time
+                self.stale = True
+                chunk = [row for row, ok in zip(chunk, known.tolist(), strict=True) if ok]
+                entry, n = entry[known], len(chunk)
+            blocks.append(
+                (
+                    entry.astype(np.int32),
+                    store.item_codes(list(map(itemgetter(2), chunk))),
+                    np.fromiter((NO_RATING if r is None else r for r in map(itemgetter(3), chunk)), np.int64, n),
+                    np.fromiter((bool(c) for c in map(itemgetter(4), chunk)), bool, n),
+                )
+            )
+        if blocks:
+            entry, code, rating, correct = (np.concatenate(column) for column in zip(*blocks, strict=True))
+            store.apply_arrays(entry, code, rating, correct)
 
 
 def _grade_rows(collection_id: int) -> Select[int, int, str, int | None, bool | None]:
@@ -187,20 +543,11 @@ def core_rows(session: Session, statement: Select[*tuple[Any, ...]]) -> list[tup
     the fetch itself; the selected columns need no result processing (ints, strings, floats, and
     booleans that may arrive as 0/1).
     """
-    result = session.connection().execute(statement)
-    try:
-        rows = list(result.cursor.fetchall())
-    finally:
-        result.close()
-    return rows
-
-
-def _columns(rows: Sequence[tuple[Any, ...]], width: int) -> list[list[Any]]:
-    return [list(map(itemgetter(i), rows)) for i in range(width)]
+    return [row for chunk in fetch_chunks(session, statement) for row in chunk]
 
 
 _snapshots: OrderedDict[tuple[str, int], CollectionSnapshot] = OrderedDict()
-_snapshots_lock = threading.Lock()
+_snapshots_lock = threading.RLock()
 
 
 def current(session: Session, collection: Collection) -> CollectionSnapshot:
@@ -219,26 +566,111 @@ def current(session: Session, collection: Collection) -> CollectionSnapshot:
                 if snapshot.revision != revision:
                     snapshot.apply_changes(session, revision)
                 return snapshot
-    graders = [GraderRef.of(g) for g in queries.graders_of(session, collection)]
-    snapshot = CollectionSnapshot(collection.id, load_structure(session, collection, token), revision, graders)
+    database = snapshot_files.database_identity(session) if snapshot_files.cache_dir() is not None else None
+    structure, graders = _cold_structure(session, collection, token, revision, database)
+    snapshot = CollectionSnapshot(collection.id, structure, revision, graders, database)
     with _snapshots_lock:
         _snapshots[key] = snapshot
-        while len(_snapshots) > MAX_SNAPSHOTS:
-            _snapshots.popitem(last=False)
+        _snapshots.move_to_end(key)
+    _evict()
     _settle_heap()
     return snapshot
+
+
+def _cold_structure(
+    session: Session, collection: Collection, token: str, revision: int, database: snapshot_files.Database | None
+) -> tuple[Structure, list[GraderRef]]:
+    """The structure and the graders with grades, from the persisted file when one matches, else from the database.
+
+    The file also lists the graders that had grades at its revision R_s; with the graders of rows
+    written after R_s that is every grader with grades (grades leave only by deletion, which
+    replaces the token). It spares a DISTINCT over every grade row of the collection.
+    """
+    path = None if database is None else snapshot_files.structure_path(database, collection.id, token)
+    meta: dict[str, Any] = {
+        "format": snapshot_files.FORMAT,
+        "kind": "structure",
+        "identity": None if database is None else database.identity,
+        "collection": collection.id,
+        "token": token,
+    }
+    found = None if path is None else snapshot_files.read(path, meta, STRUCTURE_ARRAYS)
+    if path is not None and found is not None:
+        file_meta, arrays = found
+        file_revision, file_graders = file_meta.get("revision"), file_meta.get("graders")
+        try:
+            if type(file_revision) is not int or file_revision > revision:
+                raise ValueError("another history of this database")
+            if not isinstance(file_graders, list) or not all(type(pk) is int for pk in file_graders):
+                raise ValueError("no grader list")
+            structure = Structure.from_arrays(token, collection.id, arrays)
+        except ValueError:
+            snapshot_files.discard(path)
+        else:
+            newer = select(Grade.grader_pk).where(Grade.collection_id == collection.id, Grade.revision > file_revision)
+            pks = set(file_graders) | set(session.scalars(newer.distinct()))
+            rows = session.scalars(select(Grader).where(Grader.id.in_(pks)).order_by(Grader.id))
+            return structure, [GraderRef.of(g) for g in rows]
+    graders = [GraderRef.of(g) for g in queries.graders_of(session, collection)]
+    structure = load_structure(session, collection, token)
+    if path is not None:
+        listed = meta | {"revision": revision, "graders": [g.id for g in graders]}
+        snapshot_files.write(path, listed, structure.arrays())
+    return structure, graders
+
+
+def memory_bytes() -> int:
+    """What the kept snapshots and answered-cells stores hold (``nbytes`` estimates)."""
+    with _snapshots_lock:
+        return sum(s.nbytes() for s in _snapshots.values()) + sum(a.nbytes() for a in _answer_stores.values())
+
+
+def _evict() -> None:
+    """Drop least recently used snapshots (with their answered-cells stores) past ``snapshot_memory_mb``.
+
+    The most recently used snapshot always stays, however large: the request that asked for it
+    is using it.
+    """
+    budget = get_settings().snapshot_memory_mb * 2**20
+    with _snapshots_lock:
+        while len(_snapshots) > 1 and memory_bytes() > budget:
+            key, _ = _snapshots.popitem(last=False)
+            for answer_key in [k for k in _answer_stores if k[:2] == key]:
+                del _answer_stores[answer_key]
 
 
 def _settle_heap() -> None:
     """Move the long-lived snapshot objects out of the cyclic collector's way.
 
-    A DL-size snapshot holds ~245k long-lived objects; every full collection walked them all
-    (~135 ms), which was the p95 of the grid, agreement and leaderboard pages. ``unfreeze`` first,
+    A snapshot's strings (passage, query and item ids) are long-lived; a full collection walking
+    them on every request was once the p95 of the grid and leaderboard pages. ``unfreeze`` first,
     so that a replaced snapshot can still be freed; one full collection per rebuild, which is rare.
     """
     gc.unfreeze()
     gc.collect()
     gc.freeze()
+    release_freed_memory()
+
+
+def release_freed_memory() -> None:
+    """Hand the heap a cold build freed (its driver rows) back to the system: glibc keeps it otherwise.
+
+    Measured at 10×: a database build left 404 MB resident for a 106 MB snapshot; after the trim, 134 MB.
+    """
+    if _libc is not None:
+        _libc.malloc_trim(0)
+
+
+def _load_libc() -> Any:
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.malloc_trim  # noqa: B018 - glibc only: probe it here, not on every build
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+_libc = _load_libc()
 
 
 def select_grader(
@@ -249,10 +681,16 @@ def select_grader(
 
 
 def clear() -> None:
-    """Forget every snapshot (the next leaderboard reads its collection from the database again)."""
+    """Forget every snapshot (the next leaderboard reads its collection from its file or the database again)."""
     with _snapshots_lock:
         _snapshots.clear()
         _answer_stores.clear()
+
+
+def clear_files() -> int:
+    """Forget every snapshot and delete every persisted one (after restoring a database backup in place)."""
+    clear()
+    return snapshot_files.clear_files()
 
 
 # ---- answered cells (the verify view) --------------------------------------------------------
@@ -271,7 +709,7 @@ class AnsweredCells:
 
 
 class AnswerStore:
-    """Whether each of one grader's cells has an answer; kept current like a ``GradeStore``.
+    """Whether each of one grader's cells has an answer; kept current like a ``GradeStore`` (same columns).
 
     The verify view lists answered cells only; reading every answer text of a collection per
     request costs seconds at DL size, so the flags are kept and the texts read per page.
@@ -281,25 +719,34 @@ class AnswerStore:
         self.token, self.revision = token, revision
         self.items: list[str] = []
         self._item_code: dict[str, int] = {}
-        self._answered: dict[int, bool] = {}  # entry << 32 | item code → has an answer
+        self.keys: Int64s = np.zeros(0, np.int64)  # entry << 32 | item code, sorted
+        self.answered: npt.NDArray[np.bool_] = np.zeros(0, bool)
         self._cells: AnsweredCells | None = None  # built on first use after a change
         self.lock = threading.Lock()
 
-    def apply(self, position: dict[int, int], rows: Sequence[tuple[Any, ...]]) -> None:
+    def apply(self, structure: Structure, rows: Sequence[tuple[Any, ...]]) -> None:
         """Upsert (entry pk, item id, answered) rows; entries unknown to the snapshot are skipped."""
-        item_code, answered = self._item_code, self._answered
-        for entry_pk, item_id, flag in rows:
-            entry = position.get(entry_pk)
-            if entry is not None:
-                answered[entry << 32 | item_code.setdefault(item_id, len(item_code))] = bool(flag)
+        entry = structure.positions_of([row[0] for row in rows])
+        known = [row for row, e in zip(rows, entry.tolist(), strict=True) if e >= 0]
+        item_code = self._item_code
+        codes = np.fromiter((item_code.setdefault(r[1], len(item_code)) for r in known), np.int64, len(known))
         self.items.extend(list(item_code)[len(self.items) :])
+        flags = np.fromiter((bool(r[2]) for r in known), bool, len(known))
+        key = entry[entry >= 0] << ITEM_BITS | codes
+        self.keys, (self.answered,) = upsert(self.keys, (self.answered,), key, (flags,))
         self._cells = None
 
     def cells(self) -> AnsweredCells:
         if self._cells is None:
-            keys = np.fromiter((key for key, flag in self._answered.items() if flag), dtype=np.int64)
-            self._cells = AnsweredCells(tuple(self.items), keys >> 32, keys & 0xFFFFFFFF)
+            keys = self.keys[self.answered]
+            self._cells = AnsweredCells(tuple(self.items), keys >> ITEM_BITS, keys & ITEM_MASK)
         return self._cells
+
+    def nbytes(self) -> int:
+        cells = self._cells
+        derived = 0 if cells is None else cells.entry.nbytes + cells.item.nbytes
+        strings = sum(STR_BYTES + len(i) for i in self.items) + DICT_ENTRY_BYTES * len(self.items)
+        return self.keys.nbytes + self.answered.nbytes + derived + strings
 
 
 _answer_stores: OrderedDict[tuple[str, int, int], AnswerStore] = OrderedDict()
@@ -321,14 +768,14 @@ def answered_cells(session: Session, collection: Collection, grader_pk: int) -> 
         if store is None or store.token != structure.token:
             store = _answer_stores[key] = AnswerStore(structure.token, -1)
         _answer_stores.move_to_end(key)
-        while len(_answer_stores) > MAX_SNAPSHOTS:
-            _answer_stores.popitem(last=False)
     with store.lock:
         if store.revision != revision:
             newer = statement if store.revision < 0 else statement.where(Grade.revision > store.revision)
-            store.apply(structure.position, core_rows(session, newer))
+            store.apply(structure, core_rows(session, newer))
             store.revision = revision
-        return store.cells()
+        cells = store.cells()
+    _evict()
+    return cells
 
 
 def judgment_extremes(session: Session, collection: Collection) -> tuple[Any, Any, Any]:
@@ -337,7 +784,7 @@ def judgment_extremes(session: Session, collection: Collection) -> tuple[Any, An
     Unjudged entries read 0 (lowest) and -1 (highest). Read on every call, not kept: a re-import
     may rewrite judgments without moving the revision.
     """
-    from app.models import Judgment, PoolEntry, Query
+    from app.models import Judgment
 
     structure = current(session, collection).structure
     rows = core_rows(
@@ -347,13 +794,13 @@ def judgment_extremes(session: Session, collection: Collection) -> tuple[Any, An
         .join(Query, Query.id == PoolEntry.query_pk)
         .where(Query.collection_id == collection.id),
     )
-    position = structure.position
-    known = [(position[pk], relevance) for pk, relevance in rows if pk in position]
+    entries = structure.positions_of([pk for pk, _ in rows])
+    relevances = np.fromiter((relevance for _, relevance in rows), np.int64, len(rows))[entries >= 0]
+    entries = entries[entries >= 0]
     judged = np.zeros(structure.index.n_entries, dtype=bool)
     worst = np.full(structure.index.n_entries, np.iinfo(np.int64).max, dtype=np.int64)
     best = np.full(structure.index.n_entries, -1, dtype=np.int64)
-    if known:
-        entries, relevances = (np.asarray(column, dtype=np.int64) for column in zip(*known, strict=True))
+    if len(entries):
         judged[entries] = True
         np.minimum.at(worst, entries, relevances)
         np.maximum.at(best, entries, relevances)

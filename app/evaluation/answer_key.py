@@ -6,19 +6,25 @@ import string
 from collections.abc import Iterable
 from functools import lru_cache
 from importlib import resources
+from typing import TYPE_CHECKING
 
-from nltk.stem import PorterStemmer
-from nltk.tokenize import NLTKWordTokenizer
+from app.evaluation.parsing import fuzz_ratio, porter_stemmer
 
-from app.evaluation.parsing import fuzz_ratio
+if TYPE_CHECKING:
+    from nltk.tokenize import NLTKWordTokenizer
 
 _FALSE = frozenset({"no", "incorrect", "false"})
 _TRUE = frozenset({"yes", "correct", "true"})
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
-_stemmer = PorterStemmer()
-# word_tokenize = punkt sentence split + this tokenizer. Punctuation is stripped before we
-# tokenize, so the sentence split cannot change the tokens and punkt's data is not needed.
-_tokenizer = NLTKWordTokenizer()
+
+
+@lru_cache(maxsize=1)
+def _tokenizer() -> NLTKWordTokenizer:
+    """word_tokenize = punkt sentence split + this tokenizer. Punctuation is stripped before we
+    tokenize, so the sentence split cannot change the tokens and punkt's data is not needed."""
+    from nltk.tokenize import NLTKWordTokenizer  # loaded on first use: nltk imports numpy, scipy and pandas
+
+    return NLTKWordTokenizer()
 
 
 @lru_cache(maxsize=1)
@@ -41,8 +47,9 @@ def _strip_answer(text: str) -> str:
 def stop_stem_normalize(text: str) -> str:
     """lower → strip → drop punctuation → tokenize → drop stopwords → Porter-stem → join with spaces."""
     stop = english_stopwords()
-    tokens = _tokenizer.tokenize(text.lower().strip().translate(_PUNCTUATION))
-    return " ".join(_stemmer.stem(t) for t in tokens if t not in stop)
+    tokens = _tokenizer().tokenize(text.lower().strip().translate(_PUNCTUATION))
+    stemmer = porter_stemmer()
+    return " ".join(stemmer.stem(t) for t in tokens if t not in stop)
 
 
 def verify_answer(answer: str, gold_answers: Iterable[str]) -> bool:

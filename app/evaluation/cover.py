@@ -10,6 +10,7 @@ from app.evaluation.stats import mean_stderr
 from app.evaluation.types import GradedPool, Rankings, SystemScore
 
 OVERALL = "_overall_"
+PRESENCE_TABLE_MAX = 1 << 22  # (query, item) pairs counted in a dense table (4M bins, 32 MB at most)
 # per system (and _overall_): ({query: EXAM}, {query: n-EXAM})
 CoverTable = dict[str, tuple[dict[str, float], dict[str, float]]]
 
@@ -17,8 +18,12 @@ CoverTable = dict[str, tuple[dict[str, float], dict[str, float]]]
 def _items_per_query(grades: GradeFrame, cells: BoolArray | slice) -> IntArray:
     """|{distinct items among ``cells``}| per query."""
     n_queries, n_items = len(grades.pool.query_ids), max(len(grades.items), 1)
-    pairs = np.unique(grades.pool.entry_query[grades.entry[cells]] * n_items + grades.item[cells])
-    counts: IntArray = np.bincount(pairs // n_items, minlength=n_queries)
+    pairs = grades.pool.entry_query[grades.entry[cells]] * n_items + grades.item[cells]
+    if n_queries * n_items <= PRESENCE_TABLE_MAX:  # a (query, item) presence table: linear, no sort
+        seen = np.bincount(pairs, minlength=n_queries * n_items).reshape(n_queries, n_items) > 0
+        per_query: IntArray = seen.sum(axis=1)
+        return per_query
+    counts: IntArray = np.bincount(np.unique(pairs) // n_items, minlength=n_queries)
     return counts
 
 

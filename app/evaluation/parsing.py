@@ -11,8 +11,10 @@ import difflib
 import re
 from collections.abc import Iterable
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
-from nltk.stem import PorterStemmer
+if TYPE_CHECKING:
+    from nltk.stem import PorterStemmer
 
 UNANSWERABLE_EXPRESSIONS: frozenset[str] = frozenset(
     {
@@ -37,7 +39,15 @@ MAX_RATING = 5
 _STRICT_RATING = re.compile(r"[^\w]*([0-9])[^\w]*")
 _TOLERANT_RATING = re.compile(r"[^\w]*([0-9])[^\w]*\s.*")
 _YES = frozenset({"yes", "correct", "true"})
-_stemmer = PorterStemmer()
+
+
+@lru_cache(maxsize=1)
+def porter_stemmer() -> PorterStemmer:
+    """NLTK's Porter stemmer, loaded on first use: nltk's import loads numpy, scipy and pandas (~1 s),
+    which listing the prompt classes (``rubric prompts``) should not pay."""
+    from nltk.stem import PorterStemmer
+
+    return PorterStemmer()
 
 
 def fuzz_ratio(a: str, b: str) -> int:
@@ -55,7 +65,7 @@ def fuzz_ratio(a: str, b: str) -> int:
 
 def normalize_answer(text: str) -> str:
     """Porter-stem the whole lower-cased string as one token: "not enough information" -> "not enough inform"."""
-    return str(_stemmer.stem(text.lower()))
+    return str(porter_stemmer().stem(text.lower()))
 
 
 @lru_cache(maxsize=8)

@@ -9,7 +9,7 @@ from typing import Literal
 import numpy as np
 
 from app.errors import Invalid
-from app.evaluation.frame import NO_RATING, BoolArray, GradeFrame, IntArray
+from app.evaluation.frame import NO_RATING, BoolArray, GradeFrame, IntArray, PoolIndex
 from app.evaluation.types import GradedPool, PassageGrade, Qrels
 
 LabelMode = Literal["max", "min-answers", "count"]
@@ -63,8 +63,14 @@ def passage_label(grade: PassageGrade, rule: LabelRule) -> int:
 
 
 def frame_labels(grades: GradeFrame, rule: LabelRule) -> tuple[IntArray, IntArray]:
-    """(graded entries in pool order, their labels): ``passage_label`` for every passage at once."""
-    entries, cell_entry = np.unique(grades.entry, return_inverse=True)
+    """(graded entries in pool order, their labels): ``passage_label`` for every passage at once.
+
+    Linear in the cells: entries are numbered by a presence count (no sort), max is a scatter-max;
+    only min-answers sorts each entry's ratings.
+    """
+    present = np.bincount(grades.entry, minlength=grades.pool.n_entries) > 0
+    entries: IntArray = np.flatnonzero(present)
+    cell_entry = (np.cumsum(present) - 1)[grades.entry]
     rated = grades.rating != NO_RATING
 
     def count(cells: BoolArray) -> IntArray:
@@ -75,15 +81,39 @@ def frame_labels(grades: GradeFrame, rule: LabelRule) -> tuple[IntArray, IntArra
         return entries, count(grades.correct)
     if rule.mode == "count":
         return entries, count(rated & (grades.rating >= (rule.min_rating or 0)))
-    unrated = entries[count(rated) == 0]
+    n_rated = count(rated)
+    unrated = entries[n_rated == 0]
     if len(unrated):
         raise Invalid(_unrated_message(grades, unrated, rule))
+    if rule.mode == "max":
+        return entries, _max_rating(cell_entry[rated], grades.rating[rated], len(entries))
     # rated cells sorted by entry, highest rating first: the m-th highest is at offset min(m, n) − 1
     order = np.lexsort((-grades.rating[rated], cell_entry[rated]))
     ratings, starts = grades.rating[rated][order], np.searchsorted(cell_entry[rated][order], np.arange(len(entries)))
-    m = 1 if rule.mode == "max" else rule.min_answers
-    offsets = np.minimum(m, count(rated)) - 1
+    offsets = np.minimum(rule.min_answers, n_rated) - 1
     return entries, ratings[starts + offsets]
+
+
+MAX_RATING_SWEEP = 32  # a rating span up to which counting per (entry, rating) beats ``np.maximum.at``
+
+
+def _max_rating(cell_entry: IntArray, ratings: IntArray, n_entries: int) -> IntArray:
+    """Per entry, the max of its cells' ratings (every entry has at least one cell).
+
+    Ratings span a few values (0..5): count the cells per (entry, rating) in one bincount and take
+    each entry's highest rating with a count, instead of one slow unbuffered ``np.maximum.at``.
+    """
+    if not len(ratings):
+        return np.zeros(0, dtype=np.int64)
+    low, high = int(ratings.min()), int(ratings.max())
+    span = high - low + 1
+    if span > MAX_RATING_SWEEP:
+        best = np.full(n_entries, NO_RATING, dtype=np.int64)
+        np.maximum.at(best, cell_entry, ratings)
+        return best
+    counts = np.bincount(cell_entry * span + (ratings - low), minlength=n_entries * span).reshape(n_entries, span)
+    highest: IntArray = high - np.argmax(counts[:, ::-1] > 0, axis=1)
+    return highest
 
 
 def _unrated_message(grades: GradeFrame, unrated: IntArray, rule: LabelRule) -> str:
@@ -97,12 +127,17 @@ def _unrated_message(grades: GradeFrame, unrated: IntArray, rule: LabelRule) -> 
 
 def frame_qrels(grades: GradeFrame, rule: LabelRule) -> Qrels:
     """One qrels line per graded passage, grade-0 passages included, in pool order."""
-    entries, labels = frame_labels(grades, rule)
-    pool = grades.pool
+    return qrels_of(grades.pool, *frame_labels(grades, rule))
+
+
+def qrels_of(pool: PoolIndex, entries: IntArray, labels: IntArray) -> Qrels:
+    """The qrels of labelled entries (sorted positions in ``pool``): query → passage → label."""
     passages, values = [pool.passage_ids[e] for e in entries.tolist()], labels.tolist()
     # in pool order a query's passages are (almost always) one stretch of positions: add stretch by stretch
     queries = pool.entry_query[entries]
-    starts = np.flatnonzero(np.r_[True, queries[1:] != queries[:-1]]).tolist() if len(entries) else []
+    if not len(entries):
+        return {}
+    starts = np.flatnonzero(np.r_[True, queries[1:] != queries[:-1]]).tolist()
     qrels: Qrels = {}
     for start, end in zip(starts, [*starts[1:], len(entries)], strict=True):
         stretch = zip(passages[start:end], values[start:end], strict=True)

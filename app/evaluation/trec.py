@@ -128,8 +128,13 @@ def per_query_values(qrels: Qrels, runs: Runs, measure: ir_measures.Measure) -> 
 
 def trec_scores(qrels: Qrels, runs: Runs, measure: ir_measures.Measure) -> list[SystemScore]:
     """Per system: mean ± stderr of the per-query values; the mean equals trec_eval's "all" value."""
+    return scores_of(per_query_values(qrels, runs, measure))
+
+
+def scores_of(values: Mapping[str, dict[str, float]]) -> list[SystemScore]:
+    """Per system: mean ± stderr of its per-query values (system → query → value)."""
     scores = []
-    for system, per_query in per_query_values(qrels, runs, measure).items():
+    for system, per_query in values.items():
         mean, stderr = mean_stderr(list(per_query.values()))
         scores.append(SystemScore(system=system, score=mean, stderr=stderr, per_query=per_query))
     return scores

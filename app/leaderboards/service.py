@@ -32,9 +32,9 @@ from app.evaluation.nuggets import (
 )
 from app.evaluation.qrels import LabelRule, frame_qrels
 from app.evaluation.stats import bootstrap_ci
-from app.evaluation.trec import per_query_values, top_depth, trec_scores
-from app.evaluation.types import Correlation, GradedPool, Leaderboard, Qrels, SystemScore
-from app.leaderboards import measures, params
+from app.evaluation.trec import per_query_values, scores_of, top_depth
+from app.evaluation.types import Correlation, GradedPool, Judgments, Leaderboard, Qrels, SystemScore
+from app.leaderboards import measures, params, recompute
 from app.leaderboards.importance import item_importances
 from app.leaderboards.measures import Cover, Measure, NuggetScore, TrecMeasure, WeightedCover
 from app.models import Collection
@@ -153,9 +153,9 @@ def load_evaluation_data(
     of the evaluation, not a new rubric version, because a flag is one judge's opinion, reversible
     by unflagging; publishing a version without the item is the organiser's lasting decision.
     """
+    current = snapshot.current(session, collection)
     if grader_id is None:
         grader_id = resolve_grader(session, collection, model=model, prompt_class=prompt_class).id
-    current = snapshot.current(session, collection)
     grader = _grader_by_id(current.grader_list(), grader_id)
     grades = current.grades(session, grader.id)
     if rubric_version is not None:
@@ -213,8 +213,34 @@ def score_systems(data: EvaluationData, request: LeaderboardRequest) -> list[Sys
             top_k=request.top_k,
         )
         return nugget_scores_of(per_query)
-    measure = request.measure.at(request.min_rating)
-    return trec_scores(qrels_for(data, request), data.ranking.runs(top_depth(measure)), measure)
+    return scores_of(trec_values_for(data, request))
+
+
+def trec_values_for(data: EvaluationData, request: LeaderboardRequest) -> dict[str, dict[str, float]]:
+    """system → query → value of the request's trec measure; only queries whose labels changed are re-run."""
+    assert isinstance(request.measure, TrecMeasure)
+    rule = LabelRule.parse(request.label, min_rating=request.min_rating)
+    return recompute.trec_values(
+        data.grades, data.ranking, rule, request.measure.at(request.min_rating), _lineage(data, request)
+    )
+
+
+def _lineage(data: EvaluationData, request: LeaderboardRequest) -> tuple[object, ...] | None:
+    """What a kept evaluation is named by: collection structure, grader and the grade filters (None: keep none).
+
+    The reuse is exact whatever the key (labels are compared entry by entry, rankings by identity);
+    the key keeps two graders' or two versions' boards from replacing each other's values.
+    """
+    if not data.structure_token:
+        return None
+    return (
+        data.pool.collection_id,
+        data.structure_token,
+        data.grader.id,
+        request.rubric_version,
+        request.include_overrides,
+        request.exclude_flagged,
+    )
 
 
 def _correlation_score(score: SystemScore, request: LeaderboardRequest) -> float:
@@ -341,19 +367,78 @@ def manual_per_query_correlation(
     """
     params.bounded("min_judgment", min_judgment, params.MANUAL_LEVEL)
     judgments = queries.load_judgments(session, data.pool)
-    manual: Qrels = {q: {p: max(js) for p, js in docs.items()} for q, docs in judgments.items()}
     if not isinstance(request.measure, TrecMeasure):
         raise Invalid(f"per-query correlation needs a trec_eval measure, not {request.measure}")
     measure = request.measure.at(request.min_rating)
-    runs = data.ranking.runs(top_depth(measure))
     if predicted is None:
-        predicted = per_query_values(qrels_for(data, request), runs, measure)
+        predicted = trec_values_for(data, request)
+    inputs = _CorrelationInputs(judgments, {system: dict(values) for system, values in predicted.items()})
+    key = _correlation_key(data, request, min_judgment)
+    kept = _kept_correlation(key, inputs)
+    if kept is not None:
+        return kept
+    manual: Qrels = {q: {p: max(js) for p, js in docs.items()} for q, docs in judgments.items()}
+    runs = data.ranking.runs(top_depth(measure))
     reference = _manual_values(data, manual, request.measure.at(min_judgment), runs)
-    return PerQueryCorrelation(
+    result = PerQueryCorrelation(
         min_rating=1 if request.min_rating is None else request.min_rating,
         min_judgment=min_judgment,
         queries=per_query_correlation(predicted, reference),
     )
+    _keep_correlation(key, inputs, result)
+    return result
+
+
+@dataclass(frozen=True, slots=True)
+class _CorrelationInputs:
+    """What a per-query correlation is a function of, beyond its key: compared by value on every reuse."""
+
+    judgments: Judgments
+    predicted: dict[str, dict[str, float]]  # system → query → value on the derived qrels
+
+
+MAX_CORRELATIONS_CACHED = 16  # per-process per-query correlations (structure × measure × levels)
+_correlation_cache: OrderedDict[tuple[object, ...], tuple[_CorrelationInputs, PerQueryCorrelation]] = OrderedDict()
+_correlation_lock = threading.Lock()
+
+
+def _correlation_key(data: EvaluationData, request: LeaderboardRequest, min_judgment: int) -> tuple[object, ...] | None:
+    """The per-query correlation's name: the rankings (structure token), the measure and both levels.
+
+    The grader, its filters and the revision are not in it: they act only through the derived
+    values, which ``_CorrelationInputs`` compares by value, as it does the judgments (a re-import
+    moves neither the revision nor the structure token). None when the structure is unknown.
+    """
+    if not data.structure_token:
+        return None
+    return (data.pool.collection_id, data.structure_token, str(request.measure), request.min_rating, min_judgment)
+
+
+def _kept_correlation(key: tuple[object, ...] | None, inputs: _CorrelationInputs) -> PerQueryCorrelation | None:
+    """The kept correlation of ``key`` if it was computed from equal inputs, else None.
+
+    Comparing the judgments and the derived values costs milliseconds; the 270 queries' three
+    coefficients cost about a second at 5× (issue 16), on every leaderboard fragment.
+    """
+    if key is None:
+        return None
+    with _correlation_lock:
+        kept = _correlation_cache.get(key)
+        if kept is None:
+            return None
+        _correlation_cache.move_to_end(key)
+    kept_inputs, result = kept
+    return result if kept_inputs == inputs else None
+
+
+def _keep_correlation(key: tuple[object, ...] | None, inputs: _CorrelationInputs, result: PerQueryCorrelation) -> None:
+    if key is None:
+        return
+    with _correlation_lock:
+        _correlation_cache[key] = (inputs, result)
+        _correlation_cache.move_to_end(key)
+        while len(_correlation_cache) > MAX_CORRELATIONS_CACHED:
+            _correlation_cache.popitem(last=False)
 
 
 MAX_MANUAL_CACHED = 16  # per-process manual per-query tables (collection structure × judgments × measure)
@@ -389,9 +474,12 @@ def _manual_values(
 
 
 def clear() -> None:
-    """Forget every cached manual per-query table (a test's database copy reuses the seed's tokens)."""
+    """Forget every cached manual table, per-query correlation and kept evaluation (a test's copy reuses tokens)."""
     with _manual_lock:
         _manual_cache.clear()
+    with _correlation_lock:
+        _correlation_cache.clear()
+    recompute.clear()
 
 
 def predicted_ranks(board: Leaderboard) -> dict[str, float]:

@@ -10,6 +10,8 @@ what its page needs: grades and answered flags from the collection's in-memory s
 from __future__ import annotations
 
 import math
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -218,6 +220,99 @@ def _verify_rows(
     """
     current = snapshot.current(session, collection)
     index = current.structure.index
+    entry_pks = current.structure.entry_pks
+    order = _verify_order(session, collection, current, grader, answer_grader, filters)
+
+    def build(start: int, stop: int) -> list[tuple[Any, ...]]:
+        entries, items = order.entry[start:stop].tolist(), order.item[start:stop].tolist()
+        cells = [(int(entry_pks[e]), order.items[i]) for e, i in zip(entries, items, strict=True)]
+        texts = queries.load_answers_of(session, answer_grader.id, cells)
+        rows = []
+        for (entry_pk, item_id), e, r, value in zip(
+            cells, entries, order.rank[start:stop].tolist(), order.rating[start:stop].tolist(), strict=True
+        ):
+            query_id, bank_entry = order.bank[r]
+            rows.append(
+                (query_id, item_id, bank_entry.text, index.passage_ids[e], value, texts.get((entry_pk, item_id), ""))
+            )
+        return rows
+
+    columns = ("query", "item", "item_text", "passage", "rating", "answers")
+    return _Rows("Verify grading", columns, len(order.entry), build)
+
+
+@dataclass(frozen=True, slots=True)
+class _VerifyOrder:
+    """The verify view's rows in order, as compact arrays: entry position, answered item code, bank rank, rating."""
+
+    items: tuple[str, ...]  # answered item code → item id
+    bank: tuple[tuple[str, oversight.BankEntry], ...]  # bank rank → (query id, entry)
+    entry: np.ndarray[Any, Any]
+    item: np.ndarray[Any, Any]
+    rank: np.ndarray[Any, Any]
+    rating: np.ndarray[Any, Any]
+
+    @property
+    def nbytes(self) -> int:
+        return self.entry.nbytes + self.item.nbytes + self.rank.nbytes + self.rating.nbytes
+
+
+# The verify order sorts every answered cell (a million at 5× DL: most of a second), so it is kept per
+# (collection, structure, revision, graders, newest rubric version, filters), bounded by bytes.
+MAX_VERIFY_BYTES = 64 * 2**20
+_verify_kept: OrderedDict[tuple[Any, ...], _VerifyOrder] = OrderedDict()
+_verify_lock = threading.Lock()
+
+
+def clear() -> None:
+    """Forget every kept order and impact (a test's database copy reuses the seed's structure tokens)."""
+    with _verify_lock:
+        _verify_kept.clear()
+    with _impact_lock:
+        _impact_kept.clear()
+
+
+def _verify_order(
+    session: Session,
+    collection: Collection,
+    current: snapshot.CollectionSnapshot,
+    grader: GraderRef,
+    answer_grader: GraderRef,
+    filters: RowFilter,
+) -> _VerifyOrder:
+    version = latest_version(session, collection)
+    key = (
+        session.get_bind().engine.url.render_as_string(hide_password=True),
+        collection.id,
+        current.structure.token,
+        current.revision,  # read before the grades and answers: a newer revision never finds an older order
+        grader.id,
+        answer_grader.id,
+        None if version is None else version.number,
+        filters,
+    )
+    with _verify_lock:
+        kept = _verify_kept.get(key)
+        if kept is not None:
+            _verify_kept.move_to_end(key)
+            return kept
+    kept = _sorted_verify_cells(session, collection, current, grader, answer_grader, filters)
+    with _verify_lock:
+        _verify_kept[key] = kept
+        while len(_verify_kept) > 1 and sum(v.nbytes for v in _verify_kept.values()) > MAX_VERIFY_BYTES:
+            _verify_kept.popitem(last=False)
+    return kept
+
+
+def _sorted_verify_cells(
+    session: Session,
+    collection: Collection,
+    current: snapshot.CollectionSnapshot,
+    grader: GraderRef,
+    answer_grader: GraderRef,
+    filters: RowFilter,
+) -> _VerifyOrder:
+    index = current.structure.index
     grades = current.grades(session, grader.id)
     answered = snapshot.answered_cells(session, collection, answer_grader.id)
     bank = _bank(session, collection)
@@ -247,26 +342,14 @@ def _verify_rows(
     keep = np.ones(len(rank), dtype=bool) if filters.grade is None else rating == filters.grade
     entry, item, rank, rating = cells.entry[keep], cells.item[keep], rank[keep], rating[keep]
     order = np.lexsort((entry, -rating, rank))
-    entry, item, rank, rating = entry[order], item[order], rank[order], rating[order]
-    entry_pks = list(current.structure.pool.keys)
-
-    def build(start: int, stop: int) -> list[tuple[Any, ...]]:
-        cells = [
-            (entry_pks[e], answered.items[i])
-            for e, i in zip(entry[start:stop].tolist(), item[start:stop].tolist(), strict=True)
-        ]
-        texts = queries.load_answers_of(session, answer_grader.id, cells)
-        rows = []
-        for (entry_pk, item_id), e, r, value in zip(
-            cells, entry[start:stop].tolist(), rank[start:stop].tolist(), rating[start:stop].tolist(), strict=True
-        ):
-            query_id, bank_entry = entries[r]
-            rows.append(
-                (query_id, item_id, bank_entry.text, index.passage_ids[e], value, texts.get((entry_pk, item_id), ""))
-            )
-        return rows
-
-    return _Rows("Verify grading", ("query", "item", "item_text", "passage", "rating", "answers"), len(entry), build)
+    return _VerifyOrder(
+        tuple(answered.items),
+        tuple(entries),
+        entry[order].astype(np.int32),
+        item[order].astype(np.int32),
+        rank[order].astype(np.int32),
+        rating[order],
+    )
 
 
 def _ratings_at(grades: GradeFrame, answered: snapshot.AnsweredCells) -> np.ndarray[Any, Any]:
@@ -394,12 +477,53 @@ def _impact_rows(
     columns = ("query", "item", "item_text", "τ without it", "largest score changes")
     if filters.query is None:
         return _listed(title, columns, [])
+    current = snapshot.current(session, collection)
+    key = (
+        session.get_bind().engine.url.render_as_string(hide_password=True),
+        collection.id,
+        current.structure.token,
+        current.revision,  # read before the grades: a newer revision never finds older rows
+        grader.id,
+        request.rubric_version,
+        thresholds.min_rating,
+        filters.query,
+    )
+    with _impact_lock:
+        rows = _impact_kept.get(key)
+        if rows is not None:
+            _impact_kept.move_to_end(key)
+    if rows is None:
+        rows = _query_impact(session, collection, grader, request, version is None, filters.query)
+        with _impact_lock:
+            _impact_kept[key] = rows
+            while len(_impact_kept) > MAX_IMPACT_KEPT:
+                _impact_kept.popitem(last=False)
+    return _listed(title, columns, [r for r in rows if filters.item in (None, r[1])])
+
+
+# One query's impact recomputes a Cover table per item over the whole collection's other columns
+# (a third of a second at 5× DL): kept per (collection, structure, revision, grader, rubric version,
+# threshold, query). Rows are few (a query's items), so a count bounds the memory.
+MAX_IMPACT_KEPT = 256
+_impact_kept: OrderedDict[tuple[Any, ...], list[tuple[Any, ...]]] = OrderedDict()
+_impact_lock = threading.Lock()
+
+
+def _query_impact(
+    session: Session,
+    collection: Collection,
+    grader: GraderRef,
+    request: LeaderboardRequest,
+    unversioned: bool,
+    query_id: str,
+) -> list[tuple[Any, ...]]:
+    """The impact rows of one query's items (of the rubric version, when there is one), lowest τ first."""
     data = load_evaluation_data(
         session, collection, model=None, prompt_class=None, rubric_version=request.rubric_version, grader_id=grader.id
     )
-    bank = _bank(session, collection).get(filters.query, [])
-    texts = {(filters.query, entry.item_id): entry.text for entry in bank}
-    rows: list[tuple[Any, ...]] = [
+    bank = _bank(session, collection).get(query_id, [])
+    texts = {(query_id, entry.item_id): entry.text for entry in bank}
+    return [
         (
             r.query_id,
             r.item_id,
@@ -407,10 +531,9 @@ def _impact_rows(
             f"{r.tau:.3f}" if r.tau == r.tau else "n/a",
             ", ".join(f"{c.system} {c.delta:+.3f}" for c in r.changes[:3]),
         )
-        for r in question_impact(data, request, filters.query, texts=texts)
-        if filters.item in (None, r.item_id) and ((r.query_id, r.item_id) in texts or version is None)
+        for r in question_impact(data, request, query_id, texts=texts)
+        if (r.query_id, r.item_id) in texts or unversioned
     ]
-    return _listed(title, columns, rows)
 
 
 # ---- the grid (CLI) ------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
@@ -355,6 +355,8 @@ class _Scored:
     sorted_keys: IntArray  # cell keys (entry · |items| + item code), ascending
     sorted_cells: IntArray  # the cell of each of ``sorted_keys``
     row_ids: UIntArray  # per entry position: ``row_ids`` (the uniform order's key)
+    # per seed (judge), the uniform order: sorting every cell costs most of a second at 5× DL
+    uniform: OrderedDict[int, _Uniform] = field(default_factory=OrderedDict, compare=False)
 
     def cell(self, pool_entry: int, item_id: str) -> int | None:
         """The cell of (pool entry pk, item id), None when it is not in the queue."""
@@ -542,20 +544,52 @@ def row_positions(grades: GradeFrame, order: IntArray) -> tuple[IntArray, IntArr
     return row, item, size
 
 
-def _row_of(kept: _Scored, order: IntArray, mode: Mode, cells: list[int]) -> list[tuple[int, int, int]]:
-    """``row_positions`` of ``cells`` in uniform mode; zeros in priority mode (rows are not kept together)."""
-    if mode != "uniform":
-        return [(0, 0, 0)] * len(cells)
-    row, item, size = row_positions(kept.grades, order)
-    return [(int(row[c]), int(item[c]), int(size[c])) for c in cells]
+@dataclass(frozen=True, slots=True)
+class _Uniform:
+    """One seed's uniform order of a kept queue, and where each row begins in it (0-based, ascending)."""
+
+    order: npt.NDArray[np.int32]
+    starts: IntArray
 
 
-def _judge_order(kept: _Scored, collection: Collection, request: QueueRequest) -> tuple[IntArray, int | None]:
-    """The judge's order of every cell (reviewed ones included) and the seed used (uniform mode)."""
+MAX_SEEDS = 4  # uniform orders kept per queue: the judges working on it at once (4 bytes a cell each)
+
+
+def _row_of(uniform: _Uniform | None, positions: list[int]) -> list[tuple[int, int, int]]:
+    """``row_positions`` of the cells at 0-based ``positions`` of the uniform order, from its row starts
+    alone; zeros in priority mode (rows are not kept together)."""
+    if uniform is None:
+        return [(0, 0, 0)] * len(positions)
+    starts, n = uniform.starts, len(uniform.order)
+    result = []
+    for p in positions:
+        row = int(np.searchsorted(starts, p, side="right"))  # 1-based: the rows begun at or before p
+        end = int(starts[row]) if row < len(starts) else n
+        result.append((row, p - int(starts[row - 1]) + 1, end - int(starts[row - 1])))
+    return result
+
+
+def _judge_order(
+    kept: _Scored, collection: Collection, request: QueueRequest
+) -> tuple[npt.NDArray[np.integer[Any]], int | None, _Uniform | None]:
+    """The judge's order of every cell (reviewed ones included), the seed used and the kept uniform order."""
     if request.mode == "priority":
-        return kept.order, None
+        return kept.order, None, None
     seed = request.seed if request.seed is not None else judge_seed(collection.name, request.judge)
-    return uniform_order(kept.grades, seed, row_places(kept.row_ids, seed)), seed
+    with _kept_lock:
+        uniform = kept.uniform.get(seed)
+        if uniform is not None:
+            kept.uniform.move_to_end(seed)
+    if uniform is None:
+        order = uniform_order(kept.grades, seed, row_places(kept.row_ids, seed))
+        entry = kept.grades.entry[order]
+        starts = np.flatnonzero(np.r_[True, entry[1:] != entry[:-1]]) if len(order) else np.zeros(0, np.int64)
+        uniform = _Uniform(order.astype(np.int32), starts.astype(np.int64))
+        with _kept_lock:
+            kept.uniform[seed] = uniform
+            while len(kept.uniform) > MAX_SEEDS:
+                kept.uniform.popitem(last=False)
+    return uniform.order, seed, uniform
 
 
 def _prepare(session: Session, collection: Collection, request: QueueRequest) -> tuple[GraderRef, _Scored, int | None]:
@@ -573,13 +607,12 @@ def next_cells(
     params.bounded("offset", offset, OFFSET)
     grader, kept, version = _prepare(session, collection, request)
     grades = kept.grades
-    order, seed = _judge_order(kept, collection, request)
+    order, seed, uniform = _judge_order(kept, collection, request)
     query_of_cell = grades.pool.entry_query[grades.entry]
     per_query_counts = np.bincount(query_of_cell, minlength=len(grades.pool.query_ids))
     per_query = {q: int(n) for q, n in zip(grades.pool.query_ids, per_query_counts.tolist(), strict=True) if n}
     places = np.empty(len(order), dtype=np.int64)
     places[order] = np.arange(1, len(order) + 1)
-    full_order = order
     if request.query_id is not None:
         if request.query_id not in grades.pool.query_ids:
             raise NotFound(f"no query {request.query_id!r} with grades in this queue")
@@ -588,7 +621,7 @@ def next_cells(
     done |= _flagged_cells(kept, flagged_ids(session, collection))
     left = order[~done[order]]
     chosen = left[offset : offset + limit].tolist()
-    rows = _row_of(kept, full_order, request.mode, chosen)
+    rows = _row_of(uniform, [int(places[c]) - 1 for c in chosen])
     cells = tuple(_cell(kept, int(c), int(places[c]), r) for c, r in zip(chosen, rows, strict=True))
     return Queue(grader, request.mode, seed, version, cells, len(left), len(order), per_query)
 
@@ -618,9 +651,10 @@ def find_cell(
     c = kept.cell(pool_entry, item_id)
     if c is None:
         raise NotFound("this cell is not in the review queue")
-    order, _ = _judge_order(kept, collection, request)
-    [row] = _row_of(kept, order, request.mode, [c])
-    return _cell(kept, c, int(np.flatnonzero(order == c)[0]) + 1, row)
+    order, _, uniform = _judge_order(kept, collection, request)
+    position = int(np.flatnonzero(order == c)[0])
+    [row] = _row_of(uniform, [position])
+    return _cell(kept, c, position + 1, row)
 
 
 def in_uniform_sample(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -232,3 +233,48 @@ def test_a_system_is_averaged_over_the_queries_it_ranks_as_trec_eval_all_does() 
     assert scores["full"].score == 0.5
     expected = pytrec_eval.RelevanceEvaluator(qrels, {"P_1"}).evaluate(runs["partial"])
     assert set(expected) == {"q1"}
+
+
+def _runs_oracle(ranking: object, depth: int | None) -> dict[str, dict[str, dict[str, float]]]:
+    """Per row, in trec_eval's order (score descending, ties by passage id descending): the slow form."""
+    from app.evaluation.frame import RankingFrame
+
+    assert isinstance(ranking, RankingFrame)
+    pool = ranking.pool
+    rows = sorted(
+        zip(ranking.system.tolist(), ranking.entry.tolist(), ranking.score.tolist(), strict=True),
+        key=lambda r: (r[0], int(pool.entry_query[r[1]]), -r[2], [-ord(c) for c in pool.passage_ids[r[1]]] + [1]),
+    )
+    result: dict[str, dict[str, dict[str, float]]] = {name: {} for name in ranking.systems}
+    for s, e, score in rows:
+        by_query = result[ranking.systems[s]].setdefault(pool.query_ids[int(pool.entry_query[e])], {})
+        if depth is None or len(by_query) < depth:
+            by_query[pool.passage_ids[e]] = score
+    return result
+
+
+def test_runs_equal_the_per_row_form_in_order_and_cut() -> None:
+    rng = random.Random(3)
+    rankings: Rankings = {
+        f"s{s}": {
+            f"q{q}": {f"p{rng.randrange(40)}": RankedPassage(r, float(rng.randrange(5))) for r in range(1, 12)}
+            for q in range(4)
+            if rng.random() < 0.8
+        }
+        for s in range(5)
+    }
+    _, ranking = frames_of({}, rankings)
+    for depth in (None, 1, 3, 50):
+        runs = ranking.runs(depth)
+        expected = _runs_oracle(ranking, depth)
+        assert runs == expected
+        assert [(s, list(q), [list(p) for p in q.values()]) for s, q in runs.items()] == [
+            (s, list(q), [list(p) for p in q.values()]) for s, q in expected.items()
+        ]
+    # rows stored in trec order (as the snapshot keeps them) are taken as they stand, with the same runs
+    order = ranking.trec_order()
+    assert not bool((order == range(len(order))).all())
+    stored = replace(ranking, system=ranking.system[order], entry=ranking.entry[order], score=ranking.score[order])
+    stored = replace(stored, rank=ranking.rank[order], _derived={})
+    assert (stored.trec_order() == range(len(order))).all()
+    assert stored.runs(3) == _runs_oracle(ranking, 3)

@@ -25,7 +25,7 @@ from app.models import Collection, Job, Judgment, PoolEntry, Query, RubricVersio
 from app.rubrics.service import latest_version
 from app.web import grader_view
 from app.web.deps import CurrentUser, db, render, require
-from app.web.security import path_for
+from app.web.security import AnyText, path_for
 from app.web.uploads import ReceivedForm, receive_form
 
 router = APIRouter()
@@ -194,7 +194,30 @@ def collection_page(
 ) -> Response:
     collection = get_or_404(session, name)
     flash = request.session.pop("flash", None)
-    return render(request, "collection.html", {"user": user, "c": overview(session, collection), "flash": flash})
+    c = overview(session, collection)
+    links = _query_links(request, collection.name, [q["id"] for q in c["queries"]])
+    c["queries"] = [{**q, **link} for q, link in zip(c["queries"], links, strict=True)]
+    return render(request, "collection.html", {"user": user, "c": c, "flash": flash})
+
+
+_QUERY_SLOT = "QUERY-ID-SLOT"  # plain characters: the path convertor writes them as they are
+
+
+def _query_links(request: Request, name: str, query_ids: list[str]) -> list[dict[str, str]]:
+    """Each query's rubric, grid and review links, with one route look-up per kind instead of one per
+    link: at 5× DL the page lists 270 queries, and 810 look-ups took longer than the rest of the page."""
+    rubric = str(path_for(request, "rubric_page", name=name, query_id=_QUERY_SLOT)).rpartition(_QUERY_SLOT)
+    grid = str(path_for(request, "grid_page", name=name, query_id=_QUERY_SLOT)).rpartition(_QUERY_SLOT)
+    review = path_for(request, "review_page", name=name)
+    to_path = AnyText().to_string
+    return [
+        {
+            "rubric_url": rubric[0] + to_path(q) + rubric[2],
+            "grid_url": grid[0] + to_path(q) + grid[2],
+            "review_url": str(review.include_query_params(query=q)),
+        }
+        for q in query_ids
+    ]
 
 
 @router.post("/c/{name}/primary-grader", name="set_primary_grader")
