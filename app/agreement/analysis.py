@@ -107,7 +107,7 @@ def agreement_analysis(
     if official is None:
         official = official_leaderboard(session, collection)
     key = (
-        session.get_bind().engine.url.render_as_string(hide_password=True),
+        snapshot.database_key(session),
         collection.id,
         data.structure_token,
         current.revision,

@@ -546,6 +546,12 @@ def core_rows(session: Session, statement: Select[*tuple[Any, ...]]) -> list[tup
     return [row for chunk in fetch_chunks(session, statement) for row in chunk]
 
 
+def database_key(session: Session) -> str:
+    """Which database ``session`` reads, as the first part of every per-process cache key that holds a
+    collection id, revision or structure token (ids repeat across databases; passwords stay out)."""
+    return session.get_bind().engine.url.render_as_string(hide_password=True)
+
+
 _snapshots: OrderedDict[tuple[str, int], CollectionSnapshot] = OrderedDict()
 _snapshots_lock = threading.RLock()
 
@@ -555,7 +561,7 @@ def current(session: Session, collection: Collection) -> CollectionSnapshot:
     revision, token = session.execute(
         select(Collection.revision, Collection.structure_token).where(Collection.id == collection.id)
     ).one()
-    key = (session.get_bind().engine.url.render_as_string(hide_password=True), collection.id)
+    key = (database_key(session), collection.id)
     with _snapshots_lock:
         snapshot = _snapshots.get(key)
         if snapshot is not None:
@@ -758,7 +764,7 @@ def answered_cells(session: Session, collection: Collection, grader_pk: int) -> 
 
     current_snapshot = current(session, collection)
     structure, revision = current_snapshot.structure, current_snapshot.revision
-    key = (session.get_bind().engine.url.render_as_string(hide_password=True), collection.id, grader_pk)
+    key = (database_key(session), collection.id, grader_pk)
     answer = func.coalesce(Grade.extracted_answer, Grade.raw_answer)
     statement = select(Grade.pool_entry_pk, Grade.item_id, case((func.length(answer) > 0, 1), else_=0)).where(
         Grade.collection_id == collection.id, Grade.grader_pk == grader_pk

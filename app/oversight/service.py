@@ -282,7 +282,7 @@ def _verify_order(
 ) -> _VerifyOrder:
     version = latest_version(session, collection)
     key = (
-        session.get_bind().engine.url.render_as_string(hide_password=True),
+        snapshot.database_key(session),
         collection.id,
         current.structure.token,
         current.revision,  # read before the grades and answers: a newer revision never finds an older order
@@ -479,7 +479,7 @@ def _impact_rows(
         return _listed(title, columns, [])
     current = snapshot.current(session, collection)
     key = (
-        session.get_bind().engine.url.render_as_string(hide_password=True),
+        snapshot.database_key(session),
         collection.id,
         current.structure.token,
         current.revision,  # read before the grades: a newer revision never finds older rows

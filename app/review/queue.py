@@ -376,7 +376,7 @@ _row_ids: OrderedDict[tuple[Any, ...], UIntArray] = OrderedDict()
 
 def structure_row_ids(session: Session, structure: snapshot.Structure) -> UIntArray:
     """``row_ids`` of a snapshot structure's pool, kept per structure (hashing a DL pool costs ~0.1 s)."""
-    url = session.get_bind().engine.url.render_as_string(hide_password=True)
+    url = snapshot.database_key(session)
     key = (url, structure.pool.collection_id, structure.token)
     with _kept_lock:
         ids = _row_ids.get(key)
@@ -427,7 +427,7 @@ def _scored(
     version = latest_version(session, collection)
     number = version.number if version is not None else None
     key = (
-        session.get_bind().engine.url.render_as_string(hide_password=True),
+        snapshot.database_key(session),
         collection.id,
         current.structure.token,
         current.revision,
