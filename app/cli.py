@@ -7,6 +7,7 @@ string annotations would be compiled again by ``eval`` on each run (issue 16: st
 import json
 import shlex
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from app import collector
 from app.errors import DomainError
 from app.evaluation.formatting import render_tables
 from app.leaderboards import measures
@@ -97,6 +99,9 @@ def _fail(message: str) -> None:
     raise typer.Exit(2)
 
 
+UNMIGRATED = "the database lacks the workbench's tables (new, or at an older schema): run `rubric db upgrade`"
+
+
 @contextmanager
 def _user_errors() -> Iterator[None]:
     """The CLI's one mapping of errors: a domain error (app/errors.py) or a busy database exits 2 with
@@ -111,7 +116,7 @@ def _user_errors() -> Iterator[None]:
         _fail(str(exc))
     except (OperationalError, ProgrammingError) as exc:
         if is_unmigrated(exc):
-            _fail("the database lacks the workbench's tables (new, or at an older schema): run `rubric db upgrade`")
+            _fail(UNMIGRATED)
         if not isinstance(exc, OperationalError) or not is_busy(exc):
             raise
         _fail("the database is busy: locked by another process (a running job or import); try again in a moment")
@@ -156,7 +161,8 @@ def db_upgrade() -> None:
 
     with _user_errors():
         upgrade(get_settings().database_url)
-    err.print("database is up to date")
+    # one short fixed line, which Rich would print the same: loading its console costs 0.05 s of the start
+    typer.echo("database is up to date", err=True)
 
 
 @db_app.command("clear-snapshots")
@@ -1319,10 +1325,16 @@ def collections_command(context: typer.Context) -> None:
     """List collections with their sizes (name, queries, passages, systems), or run a subcommand."""
     if context.invoked_subcommand is not None:
         return
-    from app.collections.queries import collection_summaries
+    from app.collections.summaries import collection_summaries
+    from app.db import get_engine
+    from app.migrate import is_behind
 
-    with _user_errors(), _session() as session:
-        for row in collection_summaries(session):
+    # a connection, not a session: the listing needs no ORM, and loading it would cost 0.1 s of the start
+    with _user_errors(), get_engine().connect() as connection:
+        # it reads only columns every schema has: an older database is refused here, as every other command refuses it
+        if is_behind(connection):
+            _fail(UNMIGRATED)
+        for row in collection_summaries(connection):
             typer.echo("\t".join(str(v) for v in row))
 
 
@@ -1475,7 +1487,26 @@ def worker_command(
     )
 
 
+# How long the ``rubric`` script runs before the cyclic garbage collector is switched on (see main).
+GC_AFTER_SECONDS = 1.0
+
+
+def collect_garbage_after(seconds: float) -> threading.Timer:
+    """Pause the cyclic garbage collector now and end this pause after ``seconds`` (app/collector.py:
+    an import that pauses it too keeps it paused until it ends; a forked child gets it back at once)."""
+    timer = threading.Timer(seconds, collector.pause())
+    timer.daemon = True  # a command that ends first does not wait for it
+    timer.start()
+    return timer
+
+
 def main() -> None:
+    """The ``rubric`` script. Start-up builds a few hundred thousand objects that live as long as the
+    process (typer's, pydantic's and SQLAlchemy's modules and classes), and the cyclic collector would
+    scan them again and again while they are built: a tenth of a short command's time (issue 16,
+    bench/cli_start.py). So it is off for the first second, which most commands do not outlive; a
+    longer one (serve, worker, grade) has it from then on."""
+    collect_garbage_after(GC_AFTER_SECONDS)
     app()
 
 

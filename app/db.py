@@ -10,11 +10,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from functools import lru_cache
+from functools import cache, lru_cache
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.exc import DBAPIError, OperationalError
-from sqlalchemy.orm import Session, sessionmaker
+
+# The ORM loads where a session is made, not here: a command that reads through a plain connection
+# (``rubric collections``, ``rubric db upgrade`` at head) starts without it (issue 16: CLI start).
+if TYPE_CHECKING:
+    from sqlalchemy.exc import DBAPIError, OperationalError
+    from sqlalchemy.orm import Session, sessionmaker
 
 log = logging.getLogger(__name__)
 _HOOKS = "after_commit_hooks"
@@ -61,6 +66,8 @@ def get_engine() -> Engine:
 
 
 def session_factory(engine: Engine | None = None) -> sessionmaker[Session]:
+    from sqlalchemy.orm import sessionmaker
+
     return sessionmaker(bind=engine or get_engine(), expire_on_commit=False)
 
 
@@ -101,10 +108,21 @@ def after_commit(session: Session, callback: Callable[[], object]) -> None:
     Callbacks run in registration order, outside the transaction; one that raises is logged and
     the others still run, because the data they follow is already committed.
     """
+    _listen_for_commits()
     session.info.setdefault(_HOOKS, []).append(callback)
 
 
-@event.listens_for(Session, "after_commit")
+@cache
+def _listen_for_commits() -> None:
+    """Hook the ORM's commit and rollback events, once, before the first callback is registered (not at
+    import: the ORM is not loaded yet). Were two threads to race here, both listeners would run twice
+    per commit, which is harmless: the first pops the callbacks, the second finds none."""
+    from sqlalchemy.orm import Session
+
+    event.listen(Session, "after_commit", _run_after_commit)
+    event.listen(Session, "after_rollback", _drop_after_rollback)
+
+
 def _run_after_commit(session: Session) -> None:
     for callback in session.info.pop(_HOOKS, []):
         try:
@@ -113,6 +131,5 @@ def _run_after_commit(session: Session) -> None:
             log.exception("after-commit callback %r failed", callback)
 
 
-@event.listens_for(Session, "after_rollback")
 def _drop_after_rollback(session: Session) -> None:
     session.info.pop(_HOOKS, None)

@@ -4,17 +4,21 @@ Each command runs as a fresh process, 10 times; the figures are the medians of i
 its CPU time (user + system: steadier than wall on a shared machine), next to the same run's
 ``python -c pass`` with the same interpreter (the floor no command can go under) and their ratio.
 With ``--before DIR`` each run alternates with the same command from an older tree
-(``git archive REV app migrations | tar -x -C DIR``), so before and after share the machine's load.
-The database is a fresh SQLite file with the bundled sample collection imported (not timed), or
-``--database-url URL`` (a copy of a 10× database, or PostgreSQL). The last column lists the heavy
-modules the command imported (``-X importtime``): there should be none.
+(``git archive REV app | tar -x -C DIR`` plus today's ``migrations/``, so both trees accept the same
+database), so before and after share the machine's load.
+Each database (``--databases``: SQLite, PostgreSQL on a throwaway cluster of bench/postgres.py) is
+fresh, upgraded and holds the bundled sample collection (not timed); ``--database-url URL`` times one
+given database instead (a copy of a 10× database). The last columns list the heavy modules the command
+imported (``-X importtime``): there should be none; and whether it loaded the ORM or Alembic.
 
-Run: ``.venv/bin/python bench/cli_start.py [--before DIR] [--database-url URL]`` (writes docs/benchmarks.md).
+Run: ``.venv/bin/python bench/cli_start.py [--before DIR] [--databases sqlite,postgresql] [--database-url URL]``
+(writes docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import resource
 import statistics
@@ -59,6 +63,9 @@ COMMANDS: tuple[tuple[str, ...], ...] = (
     ("collections",),
     ("prompts",),
 )
+# Loaded only by commands that need them: a command that just reads (``collections``, ``db upgrade`` at the
+# head) should load neither (tests/test_cli_start.py).
+ORM_AND_ALEMBIC = ("sqlalchemy.orm", "alembic")
 # ``rubric ARGS`` as the installed script runs it (``from app.cli import main``), for either tree.
 RUBRIC = "import sys; from app.cli import main; sys.argv[0] = 'rubric'; main()"
 
@@ -82,16 +89,15 @@ def medians(runs: list[tuple[float, float]]) -> tuple[float, float]:
     return statistics.median(w for w, _ in runs), statistics.median(c for _, c in runs)
 
 
-def heavy_imports(argv: list[str], env: dict[str, str], cwd: Path) -> list[str]:
-    """The heavy modules that ``-X importtime`` reports for one run."""
+def loaded_modules(argv: list[str], env: dict[str, str], cwd: Path) -> set[str]:
+    """The modules that ``-X importtime`` reports for one run."""
     importtime = [argv[0], "-X", "importtime", *argv[1:]]
     done = subprocess.run(importtime, env=env, cwd=cwd, check=True, capture_output=True, text=True)
-    loaded = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
-    return [name for name in HEAVY if name in loaded]
+    return {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
 
 
 def sample_database(directory: Path, env: dict[str, str]) -> None:
-    """A fresh SQLite database with the bundled sample collection, built through the CLI itself."""
+    """The bundled sample collection in the fresh database ``env`` names, imported through the CLI itself."""
     from app.samples import write_sample
 
     files = write_sample(directory / "sample")
@@ -114,38 +120,83 @@ def time_commands(env: dict[str, str], cwd: Path, before: Path | None) -> tuple[
             now.append(run_once(cli(*command), env, cwd))
         wall, cpu = medians(now[1:])
         was = "{:.3f} s / {:.3f} s | ".format(*medians(then[1:])) if then else ""
-        heavy = ", ".join(heavy_imports(cli(*command), env, cwd)) or "none"
+        loaded = loaded_modules(cli(*command), env, cwd)
+        heavy = ", ".join(name for name in HEAVY if name in loaded) or "none"
+        orm = ", ".join(name for name in ORM_AND_ALEMBIC if name in loaded) or "neither"
         rows.append(
-            f"| `rubric {' '.join(command)}` | {was}{wall:.3f} s / {cpu:.3f} s | {wall / floor:.1f}× | {heavy} |"
+            f"| `rubric {' '.join(command)}` | {was}{wall:.3f} s / {cpu:.3f} s | {wall / floor:.1f}× | {heavy} | {orm} |"
         )
     return floor, rows
 
 
+def table(env: dict[str, str], cwd: Path, before: Path | None, database: str) -> list[str]:
+    """One database's paragraph and table."""
+    floor, rows = time_commands(env, cwd, before)
+    was = "before: wall / CPU | " if before else ""
+    return [
+        f"**{database}**: the same run's `python -c pass` took {floor:.3f} s wall (the ratio's floor).",
+        "",
+        f"| command | {was}after: wall / CPU | wall × `python -c pass` | heavy modules imported | ORM / Alembic loaded |",
+        "|---|---|---|---|---|" + ("---|" if before else ""),
+        *rows,
+        "",
+    ]
+
+
+def fresh_url(database: str, directory: Path, stack: contextlib.ExitStack) -> str:
+    if database == "sqlite":
+        return f"sqlite:///{directory / 'cli.sqlite'}"
+    from bench.postgres import create_database, local_postgres
+
+    return create_database(stack.enter_context(local_postgres()), "cli_start")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--database-url", help="time against this database (default: a fresh SQLite sample)")
+    parser.add_argument(
+        "--databases", default="sqlite,postgresql", help="sqlite, postgresql or both (fresh, with the sample)"
+    )
+    parser.add_argument("--database-url", help="time against this database instead")
     parser.add_argument("--before", type=Path, help="an older tree holding app/ and migrations/ to time alongside")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        env = {**os.environ, "RUBRIC_DATABASE_URL": args.database_url or f"sqlite:///{Path(tmp) / 'cli.sqlite'}"}
-        env.pop("RUBRIC_REDIS_URL", None)
-        # bytecode cached as an installed package has it (a PYTHONDONTWRITEBYTECODE=1 shell would time compiles)
-        env.pop("PYTHONDONTWRITEBYTECODE", None)
-        env.update(PYTHONPATH=str(REPO), PYTHONPYCACHEPREFIX=str(Path(tmp) / "pycache"))
-        if args.database_url is None:
-            sample_database(Path(tmp), env)
-        floor, rows = time_commands(env, Path(tmp), args.before)
-    database = "a fresh SQLite file with the sample collection" if args.database_url is None else "`--database-url`"
-    was = "before: wall / CPU | " if args.before else ""
+    databases = ["given"] if args.database_url else [name.strip() for name in args.databases.split(",")]
+    if not set(databases) <= {"sqlite", "postgresql", "given"}:
+        raise SystemExit(f"error: unknown database in {args.databases!r}: use sqlite, postgresql or both")
+    lines: list[str] = []
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        for database in databases:
+            directory = Path(tmp) / database
+            directory.mkdir()
+            url = args.database_url or fresh_url(database, directory, stack)
+            env = {**os.environ, "RUBRIC_DATABASE_URL": url}
+            env.pop("RUBRIC_REDIS_URL", None)
+            # bytecode cached as an installed package has it (a PYTHONDONTWRITEBYTECODE=1 shell would time compiles)
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
+            env.update(PYTHONPATH=str(REPO), PYTHONPYCACHEPREFIX=str(Path(tmp) / "pycache"))
+            if database != "given":
+                sample_database(directory, env)
+            label = {"sqlite": "SQLite", "postgresql": "PostgreSQL (bench/postgres.py)"}.get(
+                database, "`--database-url`"
+            )
+            lines += table(env, directory, args.before, label)
+    note = ""
+    if "postgresql" in databases:
+        from bench.postgres import DURABILITY_NOTE
+
+        note = f" {DURABILITY_NOTE}."
+    before = (
+        " Before: the tree at the previous measurement (`git archive` of its app/, today's migrations/), run"
+        " alternately with after."
+        if args.before
+        else ""
+    )
     body = "\n".join(
         [
-            f"{stamp()} on {machine()}; database: {database}. Medians of {REPEATS} fresh processes (wall / CPU",
-            f"time); the same run's `python -c pass` took {floor:.3f} s wall (the ratio's floor). Target: under 0.5 s."
-            + (" Before: the tree before issue 16's lazy imports, run alternately with after." if args.before else ""),
+            f"{stamp()} on {machine()}; load average {os.getloadavg()[0]:.2f} at the end. Each database is fresh,"
+            f" upgraded, with the sample collection. Medians of {REPEATS} fresh processes (wall / CPU time)."
+            f" Target: under 0.5 s wall.{before}{note}",
             "",
-            f"| command | {was}after: wall / CPU | wall × `python -c pass` | heavy modules imported |",
-            "|---|---|---|---|" + ("---|" if args.before else ""),
-            *rows,
+            *lines,
         ]
     )
     write_section(TITLE, body)

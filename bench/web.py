@@ -47,7 +47,7 @@ import uvicorn  # noqa: E402
 from sqlalchemy import insert, select, update  # noqa: E402
 
 from app.accounts.service import create_user  # noqa: E402
-from app.collections.revision import next_revision  # noqa: E402
+from app.collections.revision import next_revision, replace_judgments_token  # noqa: E402
 from app.collections.service import ensure_collection, import_interchange, import_queries  # noqa: E402
 from app.config import get_settings  # noqa: E402
 from app.db import session_scope  # noqa: E402
@@ -223,6 +223,7 @@ def enrich_dl(directory: Path) -> None:
         ).scalars()
         import_banks(session, collection, [dl_banks(directory, list(queries))])
         next_revision(session, collection.id, structural=True)
+        replace_judgments_token(session, collection.id)  # as every judgment write does
 
 
 def serve() -> str:

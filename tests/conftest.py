@@ -334,18 +334,13 @@ def seeded_web_postgresql(
 
 def forget_process_caches() -> None:
     """Empty the in-process caches whose keys hold a collection's id, revision or structure token."""
-    from app.agreement import analysis as agreement
-    from app.collections import graders, snapshot
+    from app import kept
+    from app.collections import snapshot
     from app.leaderboards import service as leaderboards
-    from app.oversight import service as oversight
-    from app.review import queue
 
     snapshot.clear_files()  # a SQLite copy restored in place keeps its inode: its files would alias
-    queue.clear()
-    agreement.clear()
-    oversight.clear()
-    graders.clear()
-    leaderboards.clear()
+    kept.clear_all()  # every per-process cache that is a Kept
+    leaderboards.clear()  # also what it keeps outside a Kept (recompute.py's evaluations, for now)
 
 
 # -- Redis: a throwaway server on a loopback port --------------------------------------------

@@ -8,16 +8,20 @@ from __future__ import annotations
 
 import gc
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, text
+from sqlalchemy.exc import DBAPIError
 
 from app.collections import service
-from app.collections.bulk import collector_paused
+from app.collections.bulk import WRITER_THREAD
 from app.collections.errors import ImportFormatError
 from app.collections.service import ensure_collection, import_interchange
+from app.collector import pause
+from app.collector import paused as collector_paused
 from app.db import session_scope
 from app.models import Collection, Grade, Grader, Judgment, Passage, PoolEntry, Query, RankingEntry, System
 from tests.conftest import Database
@@ -78,9 +82,23 @@ def _first_file(tmp_path: Path) -> Path:
     )
 
 
+def _writer_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith(WRITER_THREAD)]
+
+
 def _import(db: Database, path: Path, batch_size: int = 2) -> dict[str, int]:
+    """Import ``path``; on PostgreSQL its batches must go through the background writer, which must be gone after."""
+    during: list[str] = []
     with session_scope(db.engine) as session:
-        return import_interchange(session, ensure_collection(session, "bulk"), path, batch_size=batch_size).counts
+        collection = ensure_collection(session, "bulk")
+        try:
+            report = import_interchange(
+                session, collection, path, lambda _: during.extend(_writer_threads()), batch_size=batch_size
+            )
+        finally:
+            assert _writer_threads() == []  # the writer never outlives the import, failed or not
+    assert bool(during) == (db.backend == "postgresql")
+    return report.counts
 
 
 def _contents(db: Database) -> dict[str, set[tuple[Any, ...]]]:
@@ -218,13 +236,38 @@ def test_an_error_after_written_batches_leaves_the_database_unchanged(
         assert session.execute(select(Collection.revision, Collection.structure_token)).one() == before
 
 
+@pytest.mark.parametrize("database", ["postgresql"], indirect=True)
+def test_a_batch_the_server_refuses_rolls_the_whole_import_back(database: Database, tmp_path: Path) -> None:
+    """The writer thread's failure (here a CHECK constraint added for the test) raises in the importing
+    thread, after earlier batches were written and with later lines still to come, and nothing stays."""
+    _import(database, _first_file(tmp_path))
+    stored = _contents(database)
+    with database.engine.begin() as connection:
+        connection.execute(text("ALTER TABLE grade ADD CONSTRAINT refuse CHECK (raw_answer <> 'refused') NOT VALID"))
+    records = [
+        ["q4", [_paragraph(f"p{i}", [("sysD", i + 1)], _exam([("i1", "fine")], {"i1": 1}, [])) for i in range(5, 9)]],
+        ["q2", [_paragraph("p3", [("sysB", 7)], _exam([("i1", "refused")], {"i1": 2}, []))]],
+        ["q5", [_paragraph(f"p{i}", [("sysE", 1)], _exam([("i1", "late")], {"i1": 3}, [])) for i in range(9, 12)]],
+    ]
+    with pytest.raises(DBAPIError, match="refuse"):
+        _import(database, write_jsonl(tmp_path / "refused.jsonl", records), batch_size=1)
+    assert gc.isenabled()
+    assert _contents(database) == stored
+
+
 def test_the_collector_pause_restores_the_state_it_found() -> None:
     assert gc.isenabled()
     with collector_paused():
         assert not gc.isenabled()
         with collector_paused():  # nested (or a second import in another thread)
             assert not gc.isenabled()
-        assert not gc.isenabled()  # the inner use found it paused: it leaves it paused
+        assert not gc.isenabled()  # the outer pause has not ended
+    assert gc.isenabled()
+    first = pause()  # overlapping, not nested: the CLI's start-up pause ends during an import
+    with collector_paused():
+        first()
+        first()  # ending a pause twice counts once
+        assert not gc.isenabled()
     assert gc.isenabled()
     gc.disable()
     try:

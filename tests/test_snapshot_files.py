@@ -281,3 +281,12 @@ def test_db_clear_snapshots_deletes_every_file_and_the_next_board_rebuilds(
     assert f"removed {written} snapshot files" in result.output
     assert _files() == []
     assert _boards(collection, monkeypatch, files=True) == expected
+
+
+@pytest.mark.parametrize(
+    "strings",
+    [(), ("",), ("p1", "", "q-2", "sysA"), ("café", "p1", "東京", "", "x")],
+    ids=["none", "empty", "ascii", "non-ascii"],
+)
+def test_strings_come_back_as_they_were_packed(strings: tuple[str, ...]) -> None:
+    assert snapshot_files.unpack_strings(*snapshot_files.pack_strings(strings)) == strings

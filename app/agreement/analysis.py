@@ -8,8 +8,6 @@ the per-passage dicts: one vectorised pass per quantity.
 from __future__ import annotations
 
 import hashlib
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -28,6 +26,7 @@ from app.evaluation.formatting import Table, nan_to_none
 from app.evaluation.frame import NO_RATING, GradeFrame
 from app.evaluation.oversight import Bank
 from app.evaluation.types import Judgments
+from app.kept import Kept
 from app.leaderboards.measures import Cover
 from app.leaderboards.service import EvaluationData, LeaderboardRequest, load_evaluation_data, score_systems
 from app.models import Collection, Judgment, PoolEntry, Query, RubricVersion
@@ -118,28 +117,19 @@ def agreement_analysis(
         _judgments_digest(session, collection),
         tuple(sorted(official.items())),
     )
-    with _kept_lock:
-        kept = _kept.get(key)
-        if kept is not None:
-            _kept.move_to_end(key)
-    if kept is None:
-        kept = _without_overrides(session, data, latest, min_answers, min_judgment, official)
-        with _kept_lock:
-            _kept[key] = kept
-            while len(_kept) > MAX_KEPT:
-                _kept.popitem(last=False)
+    kept = _kept.get_or_compute(
+        key, lambda: _without_overrides(session, data, latest, min_answers, min_judgment, official)
+    )
     return replace(kept, overrides=override_agreement(data.grades, _overrides(session, data, current.structure)))
 
 
 MAX_KEPT = 8  # agreement analyses kept per process: small values (tables and a few thousand item rows)
-_kept: OrderedDict[tuple[Any, ...], AgreementAnalysis] = OrderedDict()
-_kept_lock = threading.Lock()
+_kept: Kept[tuple[Any, ...], AgreementAnalysis] = Kept(MAX_KEPT)
 
 
 def clear() -> None:
     """Forget every kept analysis (a test's database copy reuses the seed's structure tokens)."""
-    with _kept_lock:
-        _kept.clear()
+    _kept.clear()
 
 
 def _without_overrides(

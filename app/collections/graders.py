@@ -8,8 +8,6 @@ never the default while a more complete one exists, whichever job ran last.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 
 from sqlalchemy import func, or_, select
@@ -17,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from app.collections.queries import GraderRef, GraderSelectionError
 from app.errors import NotFound
+from app.kept import Kept
 from app.models import BankItem, Collection, Grade, Grader, PoolEntry, Query, RubricVersion, RubricVersionItem
 from app.models.grading import DIRECT_ITEM
 from app.rubrics.service import latest_version
@@ -62,9 +61,8 @@ class GraderCoverage:
         )
 
 
-MAX_CACHED = 32  # coverage results kept per process (collection × revision), oldest dropped first
-_cache: OrderedDict[tuple[int, int, str, int | None], tuple[GraderCoverage, ...]] = OrderedDict()
-_cache_lock = threading.Lock()
+MAX_CACHED = 32  # coverage results kept per process (collection × revision), least recently used dropped first
+_cache: Kept[tuple[int, int, str, int | None], tuple[GraderCoverage, ...]] = Kept(MAX_CACHED)
 
 
 def _totals(session: Session, collection: Collection) -> tuple[int, int, int]:
@@ -100,21 +98,12 @@ def grader_coverage(session: Session, collection: Collection) -> list[GraderCove
     """
     version = latest_version(session, collection)
     key = (collection.id, collection.revision, collection.structure_token, version.id if version else None)
-    with _cache_lock:
-        cached = _cache.get(key)
-    if cached is None:
-        cached = _coverage(session, collection, version)
-        with _cache_lock:
-            _cache[key] = cached
-            while len(_cache) > MAX_CACHED:
-                _cache.popitem(last=False)
-    return list(cached)
+    return list(_cache.get_or_compute(key, lambda: _coverage(session, collection, version)))
 
 
 def clear() -> None:
     """Forget every cached coverage (a test's database copy reuses the seed's ids and revisions)."""
-    with _cache_lock:
-        _cache.clear()
+    _cache.clear()
 
 
 def _coverage(session: Session, collection: Collection, version: RubricVersion | None) -> tuple[GraderCoverage, ...]:

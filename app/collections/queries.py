@@ -25,7 +25,6 @@ from app.models import (
     Query,
     RubricVersion,
     RubricVersionItem,
-    System,
 )
 
 AnySelect = TypeVar("AnySelect", bound="Select[*tuple[Any, ...]]")
@@ -206,13 +205,16 @@ def load_overrides(session: Session, pool: PoolKeys) -> dict[int, dict[str, int]
 
 
 def load_judgments(session: Session, pool: PoolKeys) -> Judgments:
-    """query → passage → judgments (in stored order)."""
+    """query → passage → judgments (in stored order), read now.
+
+    A reader that asks often (a leaderboard fragment) uses ``snapshot.manual_judgments``, kept
+    under the collection's judgments token, instead.
+    """
     result: dict[str, dict[str, list[int]]] = {}
-    rows = session.execute(
-        _in_collection(select(Judgment.pool_entry_pk, Judgment.relevance), Judgment.pool_entry_pk, pool).order_by(
-            Judgment.pool_entry_pk, Judgment.ordinal
-        )
-    ).all()
+    statement = _in_collection(
+        select(Judgment.pool_entry_pk, Judgment.relevance), Judgment.pool_entry_pk, pool
+    ).order_by(Judgment.pool_entry_pk, Judgment.ordinal)
+    rows = session.connection().execute(statement).all()  # Core rows: the ORM's loading step costs more than the fetch
     for entry_pk, relevance in rows:
         query_id, passage_id = pool.keys[entry_pk]
         result.setdefault(query_id, {}).setdefault(passage_id, []).append(relevance)
@@ -294,18 +296,4 @@ def load_bank(session: Session, version: RubricVersion | None) -> dict[str, list
     result: dict[str, list[BankEntry]] = {}
     for query_id, item_id, text in rows:
         result.setdefault(query_id, []).append(BankEntry(item_id, text))
-    return result
-
-
-def collection_summaries(session: Session) -> list[tuple[str, int, int, int]]:
-    """(name, queries, passages, systems) per collection."""
-    from sqlalchemy import func
-
-    result = []
-    for collection in session.scalars(select(Collection).order_by(Collection.name)):
-        counts = [
-            session.scalar(select(func.count()).select_from(model).where(model.collection_id == collection.id)) or 0
-            for model in (Query, Passage, System)
-        ]
-        result.append((collection.name, counts[0], counts[1], counts[2]))
     return result

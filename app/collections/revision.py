@@ -8,6 +8,9 @@ the revision they were written at, so the snapshot reads only the index range
 ``grade.collection_id = C AND grade.revision > R``. Structural writes (queries,
 pool, systems, rankings) also replace the collection's structure token, which makes the
 snapshot reload everything; so must any deletion of grade rows, which no revision range can show.
+Manual judgments are rewritten in place by a re-import and carry no revision: every judgment write
+replaces the collection's ``judgments_token`` instead (``replace_judgments_token``), under which the
+snapshot keeps the judgments it read.
 Take the revision after any slow work (model calls) and just before the writes, so the row lock is
 held briefly.
 """
@@ -35,6 +38,12 @@ def next_revision(session: Session, collection_id: int, *, structural: bool = Fa
     statement = update(Collection).where(Collection.id == collection_id).values(**values).returning(Collection.revision)
     revision = session.execute(statement.execution_options(synchronize_session=False)).scalar_one()
     return int(revision)
+
+
+def replace_judgments_token(session: Session, collection_id: int) -> None:
+    """Mark the collection's manual judgments as changed: kept judgments (and what they fed) are read again."""
+    statement = update(Collection).where(Collection.id == collection_id).values(judgments_token=uuid4().hex)
+    session.execute(statement.execution_options(synchronize_session=False))
 
 
 def collection_of_entries(session: Session, entry_pks: Iterable[int]) -> dict[int, int]:

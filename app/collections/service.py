@@ -13,8 +13,9 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from app import collector
 from app.collections import grades_io
-from app.collections.bulk import BulkUpsert, collector_paused
+from app.collections.bulk import BulkUpsert, SerialWriter, serial_writer
 from app.collections.errors import CollectionNotFound, ImportFormatError
 from app.collections.readers import (
     InterchangeLine,
@@ -25,7 +26,7 @@ from app.collections.readers import (
     read_queries,
     read_run,
 )
-from app.collections.revision import GRADE_KEY, next_revision
+from app.collections.revision import GRADE_KEY, next_revision, replace_judgments_token
 from app.collections.schemas import COLLECTION_NAME_MAX
 from app.errors import Conflict, Invalid
 from app.models import (
@@ -131,6 +132,7 @@ class CollectionWriter:
         self._revision: int | None = None
         self._structural = False
         self._inserted_passages = self._analyzed_at = 0
+        self.created_entries: set[int] = set()  # pool entries this import added: nothing refers to them yet
 
     # -- revisions (see app/collections/revision.py) -------------------------------------------
     def grade_stamp(self) -> tuple[int, int]:
@@ -175,8 +177,14 @@ class CollectionWriter:
         return pk
 
     # -- passages and pool -----------------------------------------------------------------
-    def ensure_passages(self, texts: dict[str, str | None], file: str, lines: dict[str, int]) -> dict[str, int]:
-        """passage id → pk; fills missing texts and refuses a different text for a stored passage."""
+    def ensure_passages(
+        self, texts: dict[str, str | None], file: str, lines: dict[str, int], markup: dict[str, Any] | None = None
+    ) -> dict[str, int]:
+        """passage id → pk; fills missing texts and refuses a different text for a stored passage.
+
+        With ``markup`` (passage id → markup, None to clear), each passage's markup becomes the given
+        one: new passages are inserted with it, so only stored ones cost an update.
+        """
         ids = list(texts)
         existing: dict[str, tuple[int, str | None]] = {}
         for row in self._stored_passages(ids, Passage.text):
@@ -185,6 +193,8 @@ class CollectionWriter:
         for passage_id, text in texts.items():
             if passage_id not in existing:
                 new_rows.append({"collection_id": self.collection.id, "passage_id": passage_id, "text": text})
+                if markup is not None:
+                    new_rows[-1]["markup"] = markup[passage_id]
                 continue
             pk, stored = existing[passage_id]
             if text is None or stored == text:
@@ -198,12 +208,15 @@ class CollectionWriter:
                 )
             self.session.execute(update(Passage).where(Passage.id == pk).values(text=text))
             self.report.add("passages", 1)
+        if markup is not None:
+            _write_markup(self.session, {pk: markup[passage_id] for passage_id, (pk, _) in existing.items()})
         if new_rows:
-            self.session.execute(insert(PASSAGE), new_rows)  # Core: no ORM bookkeeping per row
+            # Core, no ORM bookkeeping per row; RETURNING batches the rows into multi-row statements.
+            inserted = self.session.execute(insert(PASSAGE).returning(PASSAGE.c.passage_id, PASSAGE.c.id), new_rows)
+            for passage_id, pk in inserted:
+                existing[passage_id] = (pk, None)
             self.report.add("passages", len(new_rows))
             self._keep_statistics_current(len(new_rows))
-            for row in self._stored_passages([r["passage_id"] for r in new_rows]):
-                existing[row.passage_id] = (row.id, None)
         return {passage_id: existing[passage_id][0] for passage_id in ids}
 
     def _keep_statistics_current(self, inserted: int) -> None:
@@ -244,16 +257,13 @@ class CollectionWriter:
         if missing:
             self.structure_changed()
             start = len(stored)
-            self.session.execute(
-                insert(POOL_ENTRY),
+            inserted = self.session.execute(
+                insert(POOL_ENTRY).returning(POOL_ENTRY.c.passage_pk, POOL_ENTRY.c.id),
                 [{"query_pk": query_pk, "passage_pk": pk, "position": start + i} for i, pk in enumerate(missing)],
-            )
+            ).all()
             self.report.add("pool_entries", len(missing))
-            stored = dict(
-                self.session.execute(
-                    select(PoolEntry.passage_pk, PoolEntry.id).where(PoolEntry.query_pk == query_pk)
-                ).all()
-            )
+            stored.update(inserted)
+            self.created_entries.update(pk for _, pk in inserted)
         return stored
 
     def ensure_system(self, name: str) -> int:
@@ -297,6 +307,8 @@ class CollectionWriter:
             self.session.execute(
                 delete(Judgment).where(Judgment.pool_entry_pk == entry, Judgment.ordinal >= len(judgments))
             )
+        if by_entry:  # in place, no revision: the token tells kept judgments (app/collections/revision.py)
+            replace_judgments_token(self.session, self.collection.id)
         self.report.add("judgments", len(rows))
 
 
@@ -315,9 +327,10 @@ RANKING_COLUMNS = ("system_pk", "pool_entry_pk", "rank", "score", "position")
 
 
 class InterchangeSink:
-    """The bulk writers of one interchange import: grade and ranking rows leave in batches."""
+    """The bulk writers of one interchange import: grade and ranking rows leave in batches,
+    through ``background`` (one thread, on PostgreSQL) when given."""
 
-    def __init__(self, writer: CollectionWriter, batch_size: int) -> None:
+    def __init__(self, writer: CollectionWriter, batch_size: int, background: SerialWriter | None = None) -> None:
         session = writer.session
         self.writer = writer
         self.grades = BulkUpsert(
@@ -327,6 +340,7 @@ class InterchangeSink:
             keys=GRADE_KEY,
             update=(*grades_io.GRADE_FIELDS, "revision"),
             batch_size=batch_size,
+            writer=background,
         )
         self.rankings = BulkUpsert(
             session,
@@ -335,6 +349,7 @@ class InterchangeSink:
             keys=("system_pk", "pool_entry_pk"),
             update=("rank", "score", "position"),
             batch_size=batch_size,
+            writer=background,
         )
         self.created_at = utcnow()
         self.graders: grades_io.GraderCache = {}
@@ -364,12 +379,21 @@ def _write_interchange_line(sink: InterchangeSink, record: InterchangeLine, file
     _check_unique((p.paragraph_id for p in record.paragraphs), file, record.line, "paragraph_id", "paragraph id")
     query_pk = writer.ensure_query(record.query_id)
     texts: dict[str, str | None] = {p.paragraph_id: p.text for p in record.paragraphs}
-    passage_pks = writer.ensure_passages(texts, file, {pid: record.line for pid in texts})
-    _write_markup(writer.session, {passage_pks[p.paragraph_id]: p.paragraph for p in record.paragraphs})
+    markup = {p.paragraph_id: p.paragraph for p in record.paragraphs}
+    passage_pks = writer.ensure_passages(texts, file, {pid: record.line for pid in texts}, markup)
     entries = writer.ensure_pool(query_pk, [passage_pks[p.paragraph_id] for p in record.paragraphs])
-    judgments: dict[int, list[tuple[int, str | None]]] = {}
-    for index, paragraph in enumerate(record.paragraphs):
-        entry = entries[passage_pks[paragraph.paragraph_id]]
+    line_entries = [entries[passage_pks[p.paragraph_id]] for p in record.paragraphs]
+    # The line's statements first: the grade and ranking rows built after them leave in the
+    # background, and the next statement would wait for them (app/collections/bulk.py).
+    writer.replace_judgments(
+        {
+            entry: [(j.relevance, j.titleQuery) for j in paragraph.paragraph_data.judgments]
+            for entry, paragraph in zip(line_entries, record.paragraphs, strict=True)
+            if paragraph.paragraph_data.judgments
+        }
+    )
+    for index, (entry, paragraph) in enumerate(zip(line_entries, record.paragraphs, strict=True)):
+        fresh = entry in writer.created_entries  # no stored row refers to it, and the file gives it once
         data = paragraph.paragraph_data
         if data.rankings:
             methods = [ranking["method"] for ranking in data.rankings]
@@ -382,16 +406,15 @@ def _write_interchange_line(sink: InterchangeSink, record: InterchangeLine, file
                 [
                     (system, entry, ranking["rank"], float(ranking["score"]), position)
                     for position, (system, ranking) in enumerate(zip(systems, data.rankings, strict=True))
-                ]
+                ],
+                fresh=fresh,
             )
-        if data.judgments:
-            judgments[entry] = [(j.relevance, j.titleQuery) for j in data.judgments]
         sink.grades.extend(
             grades_io.paragraph_grade_rows(
                 writer.session, entry, paragraph, (file, record.line, index), sink.grade_stamp(), sink.graders
-            )
+            ),
+            fresh=fresh,
         )
-    writer.replace_judgments(judgments)
 
 
 def import_interchange(
@@ -413,9 +436,9 @@ def import_interchange(
 
         batch_size = get_settings().import_batch_size
     writer = CollectionWriter(session, collection)
-    sink = InterchangeSink(writer, batch_size)
     seen_queries: set[str] = set()
-    with collector_paused():
+    with collector.paused(), serial_writer(session) as background:
+        sink = InterchangeSink(writer, batch_size, background)
         for record in read_interchange(path):
             if record.query_id in seen_queries:
                 raise ImportFormatError(str(path), record.line, "query_id", f"duplicate query {record.query_id!r}")

@@ -18,8 +18,10 @@ them). Snapshots are kept least recently used first out, bounded by ``snapshot_m
 A cold build reads a persisted copy (app/collections/snapshot_files.py) when one matches the
 database, the collection's structure token and a revision not above the database's; else it
 reads the database in chunks and writes the copy. Rubric versions and judges' overrides are small
-and are applied per request on top of the grades (``app.leaderboards.service``). Frames handed
-out are int64 copies, safe to use while another thread refreshes the snapshot.
+and are applied per request on top of the grades (``app.leaderboards.service``). The manual
+judgments are kept with the snapshot as columns and read again only when the collection's
+``judgments_token`` moves (``manual_judgments``): a re-import rewrites them without a revision. Frames
+handed out are int64 copies, safe to use while another thread refreshes the snapshot.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from app.collections import queries, snapshot_files
 from app.collections.queries import GraderRef, PoolKeys
 from app.config import get_settings
 from app.evaluation.frame import NO_RATING, GradeFrame, PoolIndex, RankingFrame
+from app.evaluation.types import Judgments
 from app.models import Collection, Grade, Grader, Passage, PoolEntry, Query, RankingEntry, System
 
 FETCH_ROWS = 50_000  # rows per fetchmany: a cold build holds one chunk of driver tuples at a time, not all
@@ -84,7 +87,8 @@ class Structure:
         self._sorted_pks = entry_pks[self._by_pk]
         self._position: dict[int, int] | None = None
         self.pool = PoolKeys(collection_id, self._pool_keys)
-        self._strings = sum(STR_BYTES + len(s) for s in (*index.passage_ids, *index.query_ids, *rankings.systems))
+        names = (index.passage_ids, index.query_ids, rankings.systems)
+        self._strings = sum(STR_BYTES * len(strings) + sum(map(len, strings)) for strings in names)
 
     def positions_of(self, pks: Any) -> Int64s:
         """Entry positions of pool entry pks; -1 where a pk is not in this pool."""
@@ -418,6 +422,7 @@ class CollectionSnapshot:
         self.stores: dict[int, GradeStore] = {}
         self.stale = False  # set when a refresh saw rows of a newer structure than its own
         self.database = database  # where persisted files go and whose they are; None: keep none
+        self.manual: ManualJudgments | None = None  # the judgments last read, under their token
         self.lock = threading.Lock()
 
     def grader_list(self) -> list[GraderRef]:
@@ -426,10 +431,20 @@ class CollectionSnapshot:
 
     def nbytes(self) -> int:
         """Memory held: arrays, plus estimates for the strings and the dicts built on demand."""
-        return self.structure.nbytes() + sum(store.nbytes() for store in list(self.stores.values()))
+        manual = self.manual
+        stores = sum(store.nbytes() for store in list(self.stores.values()))
+        return self.structure.nbytes() + stores + (0 if manual is None else manual.nbytes())
 
     def grades(self, session: Session, grader_pk: int) -> GradeFrame:
         """The grader's cells as a frame (a copy), loading them on first use."""
+        return self.grades_at(session, grader_pk)[0]
+
+    def grades_at(self, session: Session, grader_pk: int) -> tuple[GradeFrame, int]:
+        """The grader's cells as a frame (a copy) and the revision they are, read together under the lock.
+
+        With the structure token and the grader, the revision names the frame's content: a kept
+        result computed from it (a Cover table) is reused while all three stay the same.
+        """
         with self.lock:
             store = self.stores.get(grader_pk)
             if store is None:
@@ -437,10 +452,10 @@ class CollectionSnapshot:
                 loaded = True
             else:
                 loaded = False
-            frame = store.frame(self.structure.index)
+            frame, revision = store.frame(self.structure.index), self.revision
         if loaded:
             _evict()
-        return frame
+        return frame, revision
 
     def _load_store(self, session: Session, grader_pk: int) -> GradeStore:
         """From the persisted file plus the rows above its revision, else from the database (then persisted)."""
@@ -552,6 +567,9 @@ def database_key(session: Session) -> str:
     return session.get_bind().engine.url.render_as_string(hide_password=True)
 
 
+# Not an app.kept.Kept: the snapshots and the answered-cells stores share one byte budget, and a
+# snapshot evicted takes its stores with it; each Kept bounds only itself, and sizes what it holds once,
+# at put, where a snapshot grows in place (grades loaded per grader, rows applied per revision).
 _snapshots: OrderedDict[tuple[str, int], CollectionSnapshot] = OrderedDict()
 _snapshots_lock = threading.RLock()
 
@@ -784,34 +802,105 @@ def answered_cells(session: Session, collection: Collection, grader_pk: int) -> 
     return cells
 
 
-def judgment_extremes(session: Session, collection: Collection) -> tuple[Any, Any, Any]:
-    """Per entry of the current snapshot's pool: whether it is judged, its lowest and its highest judgment.
+class ManualJudgments:
+    """A collection's manual judgments as columns over its snapshot's pool, named by the token they were read under.
 
-    Unjudged entries read 0 (lowest) and -1 (highest). Read on every call, not kept: a re-import
-    may rewrite judgments without moving the revision.
+    Row j is judgment ``relevance[j]`` of pool entry ``entry[j]`` (a position), rows in (entry pk,
+    ordinal) order: an entry's judgments keep their stored order. Judgments of entries the structure
+    lacks (written after a structural change this snapshot predates, which rebuilds it next time) are
+    left out. The per-query dict and the per-entry extremes are built on first use.
     """
-    from app.models import Judgment
 
-    structure = current(session, collection).structure
+    def __init__(self, token: str, structure: Structure, entry: Int64s, relevance: Int64s) -> None:
+        self.token = token
+        self.structure = structure
+        self.entry = entry
+        self.relevance = relevance
+        self._by_query: Judgments | None = None
+        self._extremes: tuple[Any, Any, Any] | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def by_query(self) -> Judgments:
+        """query → passage → judgments (in stored order), as ``queries.load_judgments`` reads them."""
+        with self._lock:
+            if self._by_query is None:
+                index = self.structure.index
+                result: dict[str, dict[str, list[int]]] = {}
+                queries_of = index.entry_query.tolist()
+                for e, relevance in zip(self.entry.tolist(), self.relevance.tolist(), strict=True):
+                    by_passage = result.setdefault(index.query_ids[queries_of[e]], {})
+                    by_passage.setdefault(index.passage_ids[e], []).append(relevance)
+                self._by_query = result
+            return self._by_query
+
+    def extremes(self) -> tuple[Any, Any, Any]:
+        """Per pool entry: whether it is judged, its lowest judgment (0 if not) and its highest (-1 if not)."""
+        with self._lock:
+            if self._extremes is None:
+                n = self.structure.index.n_entries
+                judged = np.zeros(n, dtype=bool)
+                worst = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
+                best = np.full(n, -1, dtype=np.int64)
+                if len(self.entry):
+                    judged[self.entry] = True
+                    np.minimum.at(worst, self.entry, self.relevance)
+                    np.maximum.at(best, self.entry, self.relevance)
+                worst[~judged] = 0
+                for array in (judged, worst, best):
+                    array.flags.writeable = False  # shared by every caller of this token
+                self._extremes = judged, worst, best
+            return self._extremes
+
+    def nbytes(self) -> int:
+        n_entries = self.structure.index.n_entries
+        built = (self._by_query is not None) * DICT_ENTRY_BYTES * 2 * len(self.entry)  # dict slot and list per judgment
+        extremes = (self._extremes is not None) * 17 * n_entries
+        return self.entry.nbytes + self.relevance.nbytes + built + extremes
+
+
+def manual_judgments(session: Session, collection: Collection) -> ManualJudgments:
+    """The collection's manual judgments over its current snapshot, read again only after a judgment write.
+
+    The token is read before the rows: rows newer than the token seen are kept under the older
+    token, which the next reader finds replaced and reads again; never the other way round.
+    """
+    from app.models import Judgment  # noqa: PLC0415 - the snapshot's other readers never need it
+
+    judgments_token = session.execute(
+        select(Collection.judgments_token).where(Collection.id == collection.id)
+    ).scalar_one()
+    current_snapshot = current(session, collection)
+    structure = current_snapshot.structure
+    token = f"{structure.token}:{judgments_token}"  # a structural write deletes judgments with their entries
+    kept = current_snapshot.manual
+    if kept is not None and kept.token == token:
+        return kept
     rows = core_rows(
         session,
         select(Judgment.pool_entry_pk, Judgment.relevance)
         .join(PoolEntry, PoolEntry.id == Judgment.pool_entry_pk)
         .join(Query, Query.id == PoolEntry.query_pk)
-        .where(Query.collection_id == collection.id),
+        .where(Query.collection_id == collection.id)
+        .order_by(Judgment.pool_entry_pk, Judgment.ordinal),
     )
-    entries = structure.positions_of([pk for pk, _ in rows])
-    relevances = np.fromiter((relevance for _, relevance in rows), np.int64, len(rows))[entries >= 0]
-    entries = entries[entries >= 0]
-    judged = np.zeros(structure.index.n_entries, dtype=bool)
-    worst = np.full(structure.index.n_entries, np.iinfo(np.int64).max, dtype=np.int64)
-    best = np.full(structure.index.n_entries, -1, dtype=np.int64)
-    if len(entries):
-        judged[entries] = True
-        np.minimum.at(worst, entries, relevances)
-        np.maximum.at(best, entries, relevances)
-    worst[~judged] = 0
-    return judged, worst, best
+    entry = structure.positions_of([pk for pk, _ in rows])
+    relevance = np.fromiter((relevance for _, relevance in rows), np.int64, len(rows))
+    known = entry >= 0
+    manual = ManualJudgments(token, structure, entry[known], relevance[known])
+    with current_snapshot.lock:
+        current_snapshot.manual = manual
+    _evict()
+    return manual
+
+
+def judgment_extremes(session: Session, collection: Collection) -> tuple[Any, Any, Any]:
+    """Per entry of the current snapshot's pool: whether it is judged, its lowest and its highest judgment.
+
+    Unjudged entries read 0 (lowest) and -1 (highest). Kept with the judgments (``manual_judgments``),
+    read-only arrays.
+    """
+    return manual_judgments(session, collection).extremes()
 
 
 def worst_judgments(session: Session, collection: Collection) -> tuple[Any, Any]:

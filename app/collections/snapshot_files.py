@@ -109,8 +109,14 @@ def pack_strings(values: Sequence[str]) -> tuple[np.ndarray[Any, Any], np.ndarra
 
 def unpack_strings(blob: np.ndarray[Any, Any], ends: np.ndarray[Any, Any]) -> tuple[str, ...]:
     data = blob.tobytes()
-    starts = [0, *ends[:-1].tolist()]
-    return tuple(data[s:e].decode() for s, e in zip(starts, ends.tolist(), strict=True))
+    starts = [0, *ends[:-1].tolist()] if len(ends) else []
+    spans = zip(starts, ends.tolist(), strict=True)
+    text = data.decode()
+    if len(text) == len(data):
+        # ASCII (nearly always: ids), where byte offsets are character offsets: one decode, then str
+        # slices, half the time of decoding 200k small byte strings on a cold leaderboard.
+        return tuple(text[s:e] for s, e in spans)
+    return tuple(data[s:e].decode() for s, e in spans)
 
 
 # ---- writing and reading -----------------------------------------------------------------------

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import ir_measures
+import pytrec_eval
 from ir_measures import AP, RR, P, R, Rprec, nDCG
 
 from app.errors import Invalid
@@ -118,12 +120,55 @@ def per_query_values(qrels: Qrels, runs: Runs, measure: ir_measures.Measure) -> 
 
     ir_measures also reports a query the run lacks, with the measure's default 0 (trec_eval ``-c``);
     those are dropped, so a system is averaged over the queries it answered, as in the papers' tables.
+    The measures trec_eval names (``_trec_eval_call``) are evaluated by pytrec_eval directly.
     """
-    evaluator = ir_measures.evaluator([measure], qrels)
+    call = _trec_eval_call(measure)
+    if call is None:
+        evaluator = ir_measures.evaluator([measure], qrels)
+        return {
+            system: {m.query_id: float(m.value) for m in evaluator.iter_calc(run) if m.query_id in run}
+            for system, run in runs.items()
+        }
+    trec_eval = pytrec_eval.RelevanceEvaluator(
+        qrels, {call.name}, relevance_level=call.relevance_level, judged_docs_only_flag=call.judged_only
+    )
     return {
-        system: {m.query_id: float(m.value) for m in evaluator.iter_calc(run) if m.query_id in run}
+        system: {query_id: values[call.name] for query_id, values in trec_eval.evaluate(run).items()}
         for system, run in runs.items()
     }
+
+
+@dataclass(frozen=True, slots=True)
+class _TrecEvalCall:
+    name: str  # trec_eval's measure name, which pytrec_eval also reports the value under
+    relevance_level: int  # trec_eval -l
+    judged_only: bool  # trec_eval -J
+
+
+_CUT_NAMES = {"P": "P_{cutoff}", "R": "recall_{cutoff}", "AP": "map_cut_{cutoff}", "nDCG": "ndcg_cut_{cutoff}"}
+_UNCUT_NAMES = {"AP": "map", "nDCG": "ndcg", "RR": "recip_rank", "Rprec": "Rprec"}
+
+
+def _trec_eval_call(measure: ir_measures.Measure) -> _TrecEvalCall | None:
+    """The pytrec_eval evaluation that ir_measures runs for a P, R, AP, RR, R-prec or nDCG measure; else None.
+
+    ir_measures evaluates these with the very same pytrec_eval call (its pytrec_eval provider:
+    P@k → ``P_k`` at level ``rel``, nDCG@k → ``ndcg_cut_k``, …), then wraps each (query, value) in a
+    ``Metric`` whose hash formats the measure's name: at 10× DL (31,860 system-query values) that
+    wrapping cost about 15 % of the evaluation, so these measures skip it. Values and their order are
+    pytrec_eval's in both ways (tests/evaluation/test_trec_direct.py compares them). Any other
+    measure or parameter (gains, a DCG variant, a provider other than pytrec_eval) goes through
+    ir_measures.
+    """
+    params = measure.params
+    names = _CUT_NAMES if "cutoff" in params else _UNCUT_NAMES
+    if measure.NAME not in names or set(params) - {"rel", "cutoff", "judged_only"}:
+        return None
+    if not ir_measures.pytrec_eval.supports(measure):
+        return None
+    level = 1 if measure.NAME == "nDCG" else int(measure["rel"])  # as ir_measures: the level leaves nDCG alone
+    name = names[measure.NAME].format(cutoff=params.get("cutoff"))
+    return _TrecEvalCall(name, level, bool(measure["judged_only"]))
 
 
 def trec_scores(qrels: Qrels, runs: Runs, measure: ir_measures.Measure) -> list[SystemScore]:

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import threading
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -30,6 +28,7 @@ from app.evaluation.significance import (
     min_holm_p,
 )
 from app.evaluation.types import Leaderboard, SystemScore
+from app.kept import Kept
 from app.leaderboards import params
 from app.leaderboards.measures import TrecMeasure
 from app.leaderboards.ppi import PPIBoard, ppi_board, ppi_json
@@ -149,8 +148,7 @@ def leaderboard_analysis(
 
 
 MAX_SIGNIFICANCE_CACHED = 64
-_significance_cache: OrderedDict[str, Significance] = OrderedDict()
-_significance_lock = threading.Lock()
+_significance_cache: Kept[str, Significance] = Kept(MAX_SIGNIFICANCE_CACHED)
 
 
 def board_significance(board: Leaderboard, ranked: tuple[RankedSystem, ...], *, trials: int, seed: int) -> Significance:
@@ -163,18 +161,14 @@ def board_significance(board: Leaderboard, ranked: tuple[RankedSystem, ...], *, 
     per_system = {s.system: s.per_query for s in board.systems if s.system != OVERALL}
     content = repr((order, [sorted(per_system[s].items()) for s in order], trials, seed)).encode()
     key = hashlib.blake2b(content, digest_size=20).hexdigest()
-    with _significance_lock:
-        cached = _significance_cache.get(key)
-        if cached is not None:
-            _significance_cache.move_to_end(key)
-            return cached
+    return _significance_cache.get_or_compute(key, lambda: _significance(order, per_system, trials, seed))
+
+
+def _significance(
+    order: list[str], per_system: Mapping[str, Mapping[str, float]], trials: int, seed: int
+) -> Significance:
     adjacent = adjacent_significance(order, per_system, trials=trials, seed=seed)
-    result = replace(adjacent, all_pairs=all_pairs_significance(order, per_system, trials=trials, seed=seed))
-    with _significance_lock:
-        _significance_cache[key] = result
-        while len(_significance_cache) > MAX_SIGNIFICANCE_CACHED:
-            _significance_cache.popitem(last=False)
-    return result
+    return replace(adjacent, all_pairs=all_pairs_significance(order, per_system, trials=trials, seed=seed))
 
 
 def overall_explanation(measure: str) -> str | None:

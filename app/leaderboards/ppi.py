@@ -28,8 +28,6 @@ fewer than ``MIN_SUPPORT`` of them is marked unreliable.
 from __future__ import annotations
 
 import hashlib
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -44,6 +42,7 @@ from app.evaluation.frame import BoolArray, FloatArray, GradeFrame, IntArray, Ra
 from app.evaluation.ppi import PPIEstimate, ppi_linear, ppi_linearised, within
 from app.evaluation.qrels import LabelRule, frame_labels
 from app.evaluation.types import SystemScore
+from app.kept import Kept
 from app.leaderboards.measures import TrecMeasure
 from app.leaderboards.service import EvaluationData, LeaderboardRequest, evaluation_data, score_systems
 from app.models import Collection
@@ -134,8 +133,7 @@ class _LLMBoard:
 
 
 MAX_KEPT = 16  # LLM-only boards kept per process (grades × rankings × settings)
-_kept: OrderedDict[str, _LLMBoard] = OrderedDict()
-_kept_lock = threading.Lock()
+_kept: Kept[str, _LLMBoard] = Kept(MAX_KEPT)
 
 
 def _llm_board(data: EvaluationData, request: LeaderboardRequest, k: int, rule: LabelRule) -> _LLMBoard:
@@ -154,17 +152,7 @@ def _llm_board(data: EvaluationData, request: LeaderboardRequest, k: int, rule: 
         digest.update(np.ascontiguousarray(column).tobytes())
     digest.update(repr((grades.items, grades.is_self_rated, request.min_rating, request.top_k, k, str(rule))).encode())
     key = f"{data.pool.collection_id}:{data.structure_token}:{digest.hexdigest()}"
-    with _kept_lock:
-        kept = _kept.get(key)
-        if kept is not None:
-            _kept.move_to_end(key)
-            return kept
-    kept = _build_llm_board(data, request, k, rule)
-    with _kept_lock:
-        _kept[key] = kept
-        while len(_kept) > MAX_KEPT:
-            _kept.popitem(last=False)
-    return kept
+    return _kept.get_or_compute(key, lambda: _build_llm_board(data, request, k, rule))
 
 
 def _build_llm_board(data: EvaluationData, request: LeaderboardRequest, k: int, rule: LabelRule) -> _LLMBoard:

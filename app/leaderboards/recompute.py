@@ -13,13 +13,14 @@ compares them entry by entry, and re-evaluates only the queries with a changed l
 measure on one query reads that query's qrels and run alone, so the result is the same as a
 full evaluation. The values are reused only against the very same rankings object
 (``RankingFrame``): a rebuilt snapshot, or an import that changed the structure, starts afresh.
+When the caller names the grades' content (the snapshot's revision and the filters' contents,
+``EvaluationData.grades_key``) and it is the kept evaluation's, not even the labels are derived:
+every open board re-fetches on each event, most of them for a revision already evaluated.
 """
 
 from __future__ import annotations
 
-import threading
 import weakref
-from collections import OrderedDict
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 
@@ -29,6 +30,7 @@ import numpy as np
 from app.evaluation.frame import GradeFrame, IntArray, RankingFrame
 from app.evaluation.qrels import LabelRule, frame_labels, qrels_of
 from app.evaluation.trec import per_query_values, top_depth
+from app.kept import Kept
 
 MAX_CACHED = 8  # evaluations kept per process (each holds one label per pool entry and its values)
 UNGRADED = np.iinfo(np.int64).min
@@ -40,39 +42,44 @@ class _Evaluation:
     rankings: weakref.ReferenceType[RankingFrame]
     labels: IntArray  # per pool entry
     values: PerQuery
+    content: Hashable | None  # what the grades were a function of, when the caller knew (see ``trec_values``)
 
 
-_cache: OrderedDict[Hashable, _Evaluation] = OrderedDict()
-_lock = threading.Lock()
+_kept: Kept[Hashable, _Evaluation] = Kept(MAX_CACHED)
 
 
 def trec_values(
-    grades: GradeFrame, rankings: RankingFrame, rule: LabelRule, measure: ir_measures.Measure, key: Hashable | None
+    grades: GradeFrame,
+    rankings: RankingFrame,
+    rule: LabelRule,
+    measure: ir_measures.Measure,
+    key: Hashable | None,
+    *,
+    content: Hashable | None = None,
 ) -> PerQuery:
     """``per_query_values`` of the qrels ``rule`` derives from ``grades``, re-evaluating only changed queries.
 
     ``key`` names the evaluation's lineage (collection, structure, grader, filters); None evaluates
-    everything and keeps nothing. The result is a fresh dict the caller may keep or change.
+    everything and keeps nothing. ``content``, when given, names the grades themselves (snapshot
+    revision and the filters' contents): the same content as the kept evaluation's returns its
+    values without deriving the labels again. The result is a fresh dict the caller may keep or change.
     """
+    full_key = (key, repr(rule), repr(measure))
+    cached = None if key is None else _kept.get(full_key)
+    if cached is not None and content is not None and cached.content == content and cached.rankings() is rankings:
+        return {system: dict(per_query) for system, per_query in cached.values.items()}
     entries, labels = frame_labels(grades, rule)
     runs = rankings.runs(top_depth(measure))
     if key is None:
         return per_query_values(qrels_of(grades.pool, entries, labels), runs, measure)
     dense = np.full(grades.pool.n_entries, UNGRADED, dtype=np.int64)
     dense[entries] = labels
-    full_key = (key, repr(rule), repr(measure))
-    with _lock:
-        cached = _cache.get(full_key)
     if cached is None or cached.rankings() is not rankings or len(cached.labels) != len(dense):
         values = per_query_values(qrels_of(grades.pool, entries, labels), runs, measure)
     else:
         changed = np.flatnonzero(cached.labels != dense)
         values = _reevaluated(cached.values, grades, dense, np.unique(grades.pool.entry_query[changed]), runs, measure)
-    with _lock:
-        _cache[full_key] = _Evaluation(weakref.ref(rankings), dense, values)
-        _cache.move_to_end(full_key)
-        while len(_cache) > MAX_CACHED:
-            _cache.popitem(last=False)
+    _kept.put(full_key, _Evaluation(weakref.ref(rankings), dense, values, content))
     return {system: dict(per_query) for system, per_query in values.items()}
 
 
@@ -106,5 +113,4 @@ def _reevaluated(
 
 def clear() -> None:
     """Forget every kept evaluation."""
-    with _lock:
-        _cache.clear()
+    _kept.clear()

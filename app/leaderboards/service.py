@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import threading
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -19,7 +17,7 @@ from app.collections.queries import GraderRef
 from app.collections.service import official_leaderboard
 from app.errors import Invalid, NotFound
 from app.evaluation.correlation import QueryCorrelation, per_query_correlation, rank_correlation, scores_to_ranks
-from app.evaluation.cover import OVERALL, cover_scores_of, cover_table
+from app.evaluation.cover import OVERALL, CoverTable, cover_scores_of, cover_table
 from app.evaluation.formatting import Table, nan_to_none, reference_round, trec_eval_round
 from app.evaluation.frame import GradeFrame, RankingFrame
 from app.evaluation.nuggets import (
@@ -33,7 +31,8 @@ from app.evaluation.nuggets import (
 from app.evaluation.qrels import LabelRule, frame_qrels
 from app.evaluation.stats import bootstrap_ci
 from app.evaluation.trec import per_query_values, scores_of, top_depth
-from app.evaluation.types import Correlation, GradedPool, Judgments, Leaderboard, Qrels, SystemScore
+from app.evaluation.types import Correlation, GradedPool, Leaderboard, Qrels, SystemScore
+from app.kept import Kept
 from app.leaderboards import measures, params, recompute
 from app.leaderboards.importance import item_importances
 from app.leaderboards.measures import Cover, Measure, NuggetScore, TrecMeasure, WeightedCover
@@ -121,6 +120,9 @@ class EvaluationData:
     ranking: RankingFrame
     pool: queries.PoolKeys
     structure_token: str = ""  # the snapshot's: which pool and rankings these frames are ("" = unknown)
+    # what ``grades`` is a function of (snapshot, revision, grader, digests of the filters), naming the
+    # results kept from them; None: unknown. Whoever replaces ``grades`` must replace it (or set None).
+    grades_key: tuple[object, ...] | None = None
     # item id → importance, read only for the measures that weigh items (nugget scores, cover-weighted)
     importances: Importances = field(default_factory=dict)
 
@@ -157,26 +159,38 @@ def load_evaluation_data(
     if grader_id is None:
         grader_id = resolve_grader(session, collection, model=model, prompt_class=prompt_class).id
     grader = _grader_by_id(current.grader_list(), grader_id)
-    grades = current.grades(session, grader.id)
+    grades, revision = current.grades_at(session, grader.id)
+    # each filter's content, digested: a rubric edit, a flag or an override moves no revision
+    filters: list[tuple[str, str]] = []
     if rubric_version is not None:
         version = version_by_number(session, collection, rubric_version)
-        grades = grades.restrict_items(queries.version_item_ids(session, version))
+        allowed = queries.version_item_ids(session, version)
+        if not allowed.issuperset(item for item in grades.items if item):  # else nothing to drop: spare the copy
+            grades = grades.restrict_items(allowed)
+        filters.append(("version", _digest(sorted(allowed))))
     if exclude_flagged:
         flagged = flagged_ids(session, collection)
         if flagged:
             grades = grades.restrict_items(frozenset(grades.items) - flagged)
+        filters.append(("flagged", _digest(sorted(flagged))))
     if include_overrides:
         position = current.structure.position
         overrides = queries.load_overrides(session, current.structure.pool)
-        grades = grades.with_overrides(
-            {
-                (position[entry], item): rating
-                for entry, by_item in overrides.items()
-                if entry in position  # an entry imported after the snapshot was built: it has no grades there
-                for item, rating in by_item.items()
-            }
-        )
-    return EvaluationData(grader, grades, current.structure.rankings, current.structure.pool, current.structure.token)
+        by_cell = {
+            (position[entry], item): rating
+            for entry, by_item in overrides.items()
+            if entry in position  # an entry imported after the snapshot was built: it has no grades there
+            for item, rating in by_item.items()
+        }
+        grades = grades.with_overrides(by_cell)
+        filters.append(("overrides", _digest(sorted(by_cell.items()))))
+    structure = current.structure
+    key = (snapshot.database_key(session), collection.id, structure.token, revision, grader.id, tuple(filters))
+    return EvaluationData(grader, grades, structure.rankings, structure.pool, structure.token, key)
+
+
+def _digest(values: list[Any]) -> str:
+    return hashlib.blake2b(repr(values).encode(), digest_size=20).hexdigest()
 
 
 def default_version(session: Session, collection: Collection, grader: GraderRef) -> int | None:
@@ -194,8 +208,7 @@ def qrels_for(data: EvaluationData, request: LeaderboardRequest) -> Qrels:
 def score_systems(data: EvaluationData, request: LeaderboardRequest) -> list[SystemScore]:
     """Raw per-system scores (no rounding, no CI) for the requested measure."""
     if isinstance(request.measure, Cover):
-        table = cover_table(data.grades, data.ranking, min_rating=request.min_rating, top_k=request.top_k)
-        return cover_scores_of(table, normalized=request.measure.normalized)
+        return cover_scores_of(_cover_table(data, request), normalized=request.measure.normalized)
     if isinstance(request.measure, WeightedCover):
         weighted = weighted_cover_table(
             data.grades, data.ranking, data.importances, min_rating=request.min_rating, top_k=request.top_k
@@ -216,12 +229,38 @@ def score_systems(data: EvaluationData, request: LeaderboardRequest) -> list[Sys
     return scores_of(trec_values_for(data, request))
 
 
+MAX_COVER_CACHED = 8  # per-process Cover tables (grades × threshold × depth); about 3 MB each at 5× DL
+_cover_tables: Kept[tuple[object, ...], CoverTable] = Kept(MAX_COVER_CACHED)
+
+
+def _cover_table(data: EvaluationData, request: LeaderboardRequest) -> CoverTable:
+    """``cover_table`` of the request, kept per grades (``grades_key``), threshold and depth.
+
+    Every open board re-fetches its fragment after each event, and the page, the fragment and the
+    exports show one table: about 55 ms at 5× DL, computed once per revision instead. The rankings
+    are the structure token's, in the key. The caller gets its own dicts: the kept ones stay as computed.
+    """
+
+    def compute() -> CoverTable:
+        return cover_table(data.grades, data.ranking, min_rating=request.min_rating, top_k=request.top_k)
+
+    if data.grades_key is None:
+        return compute()
+    table = _cover_tables.get_or_compute((data.grades_key, request.min_rating, request.top_k), compute)
+    return {system: (dict(exam), dict(n_exam)) for system, (exam, n_exam) in table.items()}
+
+
 def trec_values_for(data: EvaluationData, request: LeaderboardRequest) -> dict[str, dict[str, float]]:
     """system → query → value of the request's trec measure; only queries whose labels changed are re-run."""
     assert isinstance(request.measure, TrecMeasure)
     rule = LabelRule.parse(request.label, min_rating=request.min_rating)
     return recompute.trec_values(
-        data.grades, data.ranking, rule, request.measure.at(request.min_rating), _lineage(data, request)
+        data.grades,
+        data.ranking,
+        rule,
+        request.measure.at(request.min_rating),
+        _lineage(data, request),
+        content=data.grades_key,
     )
 
 
@@ -364,28 +403,31 @@ def manual_per_query_correlation(
 
     ``predicted`` (system → query → value on the derived qrels) is what ``score_systems`` already
     computed for the same request, when the caller has it: the same trec evaluation is not run twice.
+    The judgments are the snapshot's (``snapshot.manual_judgments``), read again only after a
+    judgment write replaced the collection's judgments token.
     """
     params.bounded("min_judgment", min_judgment, params.MANUAL_LEVEL)
-    judgments = queries.load_judgments(session, data.pool)
     if not isinstance(request.measure, TrecMeasure):
         raise Invalid(f"per-query correlation needs a trec_eval measure, not {request.measure}")
+    manual_judgments = snapshot.manual_judgments(session, collection)
     measure = request.measure.at(request.min_rating)
     if predicted is None:
         predicted = trec_values_for(data, request)
-    inputs = _CorrelationInputs(judgments, {system: dict(values) for system, values in predicted.items()})
+    inputs = _CorrelationInputs(manual_judgments.token, {system: dict(values) for system, values in predicted.items()})
     key = _correlation_key(data, request, min_judgment)
     kept = _kept_correlation(key, inputs)
     if kept is not None:
         return kept
-    manual: Qrels = {q: {p: max(js) for p, js in docs.items()} for q, docs in judgments.items()}
+    manual: Qrels = {q: {p: max(js) for p, js in docs.items()} for q, docs in manual_judgments.by_query.items()}
     runs = data.ranking.runs(top_depth(measure))
-    reference = _manual_values(data, manual, request.measure.at(min_judgment), runs)
+    reference = _manual_values(data, manual_judgments.token, manual, request.measure.at(min_judgment), runs)
     result = PerQueryCorrelation(
         min_rating=1 if request.min_rating is None else request.min_rating,
         min_judgment=min_judgment,
         queries=per_query_correlation(predicted, reference),
     )
-    _keep_correlation(key, inputs, result)
+    if key is not None:
+        _correlations.put(key, (inputs, result))
     return result
 
 
@@ -393,21 +435,20 @@ def manual_per_query_correlation(
 class _CorrelationInputs:
     """What a per-query correlation is a function of, beyond its key: compared by value on every reuse."""
 
-    judgments: Judgments
+    judgments_token: str  # which judgments (the snapshot's structure and judgments tokens)
     predicted: dict[str, dict[str, float]]  # system → query → value on the derived qrels
 
 
 MAX_CORRELATIONS_CACHED = 16  # per-process per-query correlations (structure × measure × levels)
-_correlation_cache: OrderedDict[tuple[object, ...], tuple[_CorrelationInputs, PerQueryCorrelation]] = OrderedDict()
-_correlation_lock = threading.Lock()
+_correlations: Kept[tuple[object, ...], tuple[_CorrelationInputs, PerQueryCorrelation]] = Kept(MAX_CORRELATIONS_CACHED)
 
 
 def _correlation_key(data: EvaluationData, request: LeaderboardRequest, min_judgment: int) -> tuple[object, ...] | None:
     """The per-query correlation's name: the rankings (structure token), the measure and both levels.
 
     The grader, its filters and the revision are not in it: they act only through the derived
-    values, which ``_CorrelationInputs`` compares by value, as it does the judgments (a re-import
-    moves neither the revision nor the structure token). None when the structure is unknown.
+    values, which ``_CorrelationInputs`` compares by value, with the judgments' token. None when the
+    structure is unknown.
     """
     if not data.structure_token:
         return None
@@ -417,68 +458,40 @@ def _correlation_key(data: EvaluationData, request: LeaderboardRequest, min_judg
 def _kept_correlation(key: tuple[object, ...] | None, inputs: _CorrelationInputs) -> PerQueryCorrelation | None:
     """The kept correlation of ``key`` if it was computed from equal inputs, else None.
 
-    Comparing the judgments and the derived values costs milliseconds; the 270 queries' three
-    coefficients cost about a second at 5× (issue 16), on every leaderboard fragment.
+    Comparing the derived values costs milliseconds; the 270 queries' three coefficients cost
+    about a second at 5× (issue 16), on every leaderboard fragment.
     """
-    if key is None:
+    kept = None if key is None else _correlations.get(key)
+    if kept is None:
         return None
-    with _correlation_lock:
-        kept = _correlation_cache.get(key)
-        if kept is None:
-            return None
-        _correlation_cache.move_to_end(key)
     kept_inputs, result = kept
     return result if kept_inputs == inputs else None
 
 
-def _keep_correlation(key: tuple[object, ...] | None, inputs: _CorrelationInputs, result: PerQueryCorrelation) -> None:
-    if key is None:
-        return
-    with _correlation_lock:
-        _correlation_cache[key] = (inputs, result)
-        _correlation_cache.move_to_end(key)
-        while len(_correlation_cache) > MAX_CORRELATIONS_CACHED:
-            _correlation_cache.popitem(last=False)
-
-
 MAX_MANUAL_CACHED = 16  # per-process manual per-query tables (collection structure × judgments × measure)
-_manual_cache: OrderedDict[tuple[str, str, str], dict[str, dict[str, float]]] = OrderedDict()
-_manual_lock = threading.Lock()
+_manual_tables: Kept[tuple[int, str, str, str], dict[str, dict[str, float]]] = Kept(MAX_MANUAL_CACHED)
 
 
 def _manual_values(
-    data: EvaluationData, manual: Qrels, measure: ir_measures.Measure, runs: Any
+    data: EvaluationData, judgments_token: str, manual: Qrels, measure: ir_measures.Measure, runs: Any
 ) -> dict[str, dict[str, float]]:
-    """``per_query_values`` of the manual qrels, cached by content.
+    """``per_query_values`` of the manual qrels, kept per rankings, judgments and measure.
 
-    The key is the rankings' structure token, the measure (with its level) and a digest of the
-    judgments as read now: judgments may be re-imported without moving the grades' revision, so
-    the key is what they are, never when they were written. The manual side does not depend on the
-    grader, so every grader and threshold of a collection shares one evaluation.
+    ``judgments_token`` names the judgments ``manual`` was derived from, the structure token the
+    rankings ``runs`` come from. The manual side does not depend on the grader, so every grader
+    and threshold of a collection shares one evaluation.
     """
     if not data.structure_token:
         return per_query_values(manual, runs, measure)
-    digest = hashlib.blake2b(repr(sorted(manual.items())).encode(), digest_size=20).hexdigest()
-    key = (f"{data.pool.collection_id}:{data.structure_token}", str(measure), digest)
-    with _manual_lock:
-        cached = _manual_cache.get(key)
-        if cached is not None:
-            _manual_cache.move_to_end(key)
-            return cached
-    values = per_query_values(manual, runs, measure)
-    with _manual_lock:
-        _manual_cache[key] = values
-        while len(_manual_cache) > MAX_MANUAL_CACHED:
-            _manual_cache.popitem(last=False)
-    return values
+    key = (data.pool.collection_id, data.structure_token, judgments_token, str(measure))
+    return _manual_tables.get_or_compute(key, lambda: per_query_values(manual, runs, measure))
 
 
 def clear() -> None:
-    """Forget every cached manual table, per-query correlation and kept evaluation (a test's copy reuses tokens)."""
-    with _manual_lock:
-        _manual_cache.clear()
-    with _correlation_lock:
-        _correlation_cache.clear()
+    """Forget every kept manual table, per-query correlation and kept evaluation (a test's copy reuses tokens)."""
+    _manual_tables.clear()
+    _correlations.clear()
+    _cover_tables.clear()
     recompute.clear()
 
 

@@ -22,6 +22,9 @@ class Collection(TimestampMixin, Base):
     revision: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # Replaced whenever queries, the pool, systems or rankings change: the snapshot then reloads everything.
     structure_token: Mapped[str] = mapped_column(String(32), default=lambda: uuid4().hex, server_default="")
+    # Replaced by every write of manual judgments, which moves neither of the two above: the snapshot keeps
+    # the judgments it read under the token it saw (app/collections/snapshot.py:manual_judgments).
+    judgments_token: Mapped[str] = mapped_column(String(32), default=lambda: uuid4().hex, server_default="")
     # The grader an organizer chose for pages and rubric-edit regrades; None: the most complete one
     # (app/collections/graders.py).
     primary_grader_id: Mapped[int | None] = mapped_column(

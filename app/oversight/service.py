@@ -10,8 +10,6 @@ what its page needs: grades and answered flags from the collection's in-memory s
 from __future__ import annotations
 
 import math
-import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +23,7 @@ from app.errors import Invalid
 from app.evaluation import oversight
 from app.evaluation.formatting import Table
 from app.evaluation.frame import NO_RATING, GradeFrame
+from app.kept import Kept
 from app.leaderboards.service import LeaderboardRequest, load_evaluation_data
 from app.models import Collection
 from app.oversight.impact import question_impact
@@ -259,17 +258,18 @@ class _VerifyOrder:
 
 # The verify order sorts every answered cell (a million at 5× DL: most of a second), so it is kept per
 # (collection, structure, revision, graders, newest rubric version, filters), bounded by bytes.
+# A count bounds it too: an order that matches nothing holds no bytes, and filters are the user's to vary.
 MAX_VERIFY_BYTES = 64 * 2**20
-_verify_kept: OrderedDict[tuple[Any, ...], _VerifyOrder] = OrderedDict()
-_verify_lock = threading.Lock()
+MAX_VERIFY_KEPT = 256
+_verify_kept: Kept[tuple[Any, ...], _VerifyOrder] = Kept(
+    MAX_VERIFY_KEPT, max_bytes=lambda: MAX_VERIFY_BYTES, size=lambda order: order.nbytes
+)
 
 
 def clear() -> None:
     """Forget every kept order and impact (a test's database copy reuses the seed's structure tokens)."""
-    with _verify_lock:
-        _verify_kept.clear()
-    with _impact_lock:
-        _impact_kept.clear()
+    _verify_kept.clear()
+    _impact_kept.clear()
 
 
 def _verify_order(
@@ -291,17 +291,9 @@ def _verify_order(
         None if version is None else version.number,
         filters,
     )
-    with _verify_lock:
-        kept = _verify_kept.get(key)
-        if kept is not None:
-            _verify_kept.move_to_end(key)
-            return kept
-    kept = _sorted_verify_cells(session, collection, current, grader, answer_grader, filters)
-    with _verify_lock:
-        _verify_kept[key] = kept
-        while len(_verify_kept) > 1 and sum(v.nbytes for v in _verify_kept.values()) > MAX_VERIFY_BYTES:
-            _verify_kept.popitem(last=False)
-    return kept
+    return _verify_kept.get_or_compute(
+        key, lambda: _sorted_verify_cells(session, collection, current, grader, answer_grader, filters)
+    )
 
 
 def _sorted_verify_cells(
@@ -488,16 +480,10 @@ def _impact_rows(
         thresholds.min_rating,
         filters.query,
     )
-    with _impact_lock:
-        rows = _impact_kept.get(key)
-        if rows is not None:
-            _impact_kept.move_to_end(key)
-    if rows is None:
-        rows = _query_impact(session, collection, grader, request, version is None, filters.query)
-        with _impact_lock:
-            _impact_kept[key] = rows
-            while len(_impact_kept) > MAX_IMPACT_KEPT:
-                _impact_kept.popitem(last=False)
+    query = filters.query
+    rows = _impact_kept.get_or_compute(
+        key, lambda: _query_impact(session, collection, grader, request, version is None, query)
+    )
     return _listed(title, columns, [r for r in rows if filters.item in (None, r[1])])
 
 
@@ -505,8 +491,7 @@ def _impact_rows(
 # (a third of a second at 5× DL): kept per (collection, structure, revision, grader, rubric version,
 # threshold, query). Rows are few (a query's items), so a count bounds the memory.
 MAX_IMPACT_KEPT = 256
-_impact_kept: OrderedDict[tuple[Any, ...], list[tuple[Any, ...]]] = OrderedDict()
-_impact_lock = threading.Lock()
+_impact_kept: Kept[tuple[Any, ...], list[tuple[Any, ...]]] = Kept(MAX_IMPACT_KEPT)
 
 
 def _query_impact(

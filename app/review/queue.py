@@ -19,8 +19,6 @@ read per request; they are few).
 from __future__ import annotations
 
 import hashlib
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -36,8 +34,9 @@ from app.collections.snapshot import core_rows, judgment_extremes
 from app.errors import Invalid, NotFound
 from app.evaluation.cover import OVERALL, cover_scores_of, cover_table
 from app.evaluation.frame import NO_RATING, BoolArray, FloatArray, GradeFrame, IntArray, PoolIndex, RankingFrame
+from app.kept import Kept
 from app.leaderboards import params
-from app.models import Collection, Grade, GradeOverride, OverrideEvent, PoolEntry, Query
+from app.models import Collection, Grade, GradeOverride, OverrideEvent, PoolEntry, Query, RubricVersion
 from app.review.flags import flagged_ids
 from app.rubrics.service import latest_version
 
@@ -52,7 +51,7 @@ LIMIT = (1, 1000)
 SEED = (0, 2**32 - 1)
 OFFSET = (0, 1_000_000)
 MAX_SKIPPED_ROWS = 5  # whole rows a judge may skip in uniform mode before a sample action stops counting
-MAX_KEPT = 8
+MAX_KEPT = 8  # scored queues (and pools' row ids) kept per process: one per grader and settings in use
 UIntArray = npt.NDArray[np.uint64]
 
 
@@ -356,7 +355,7 @@ class _Scored:
     sorted_cells: IntArray  # the cell of each of ``sorted_keys``
     row_ids: UIntArray  # per entry position: ``row_ids`` (the uniform order's key)
     # per seed (judge), the uniform order: sorting every cell costs most of a second at 5× DL
-    uniform: OrderedDict[int, _Uniform] = field(default_factory=OrderedDict, compare=False)
+    uniform: Kept[int, _Uniform] = field(default_factory=lambda: _seed_orders(), compare=False)
 
     def cell(self, pool_entry: int, item_id: str) -> int | None:
         """The cell of (pool entry pk, item id), None when it is not in the queue."""
@@ -369,26 +368,15 @@ class _Scored:
         return int(self.sorted_cells[at]) if found else None
 
 
-_kept: OrderedDict[tuple[Any, ...], _Scored] = OrderedDict()
-_kept_lock = threading.Lock()
-_row_ids: OrderedDict[tuple[Any, ...], UIntArray] = OrderedDict()
+_kept: Kept[tuple[Any, ...], _Scored] = Kept(MAX_KEPT)
+_row_ids: Kept[tuple[Any, ...], UIntArray] = Kept(MAX_KEPT)
 
 
 def structure_row_ids(session: Session, structure: snapshot.Structure) -> UIntArray:
     """``row_ids`` of a snapshot structure's pool, kept per structure (hashing a DL pool costs ~0.1 s)."""
     url = snapshot.database_key(session)
     key = (url, structure.pool.collection_id, structure.token)
-    with _kept_lock:
-        ids = _row_ids.get(key)
-        if ids is not None:
-            _row_ids.move_to_end(key)
-            return ids
-    ids = row_ids(structure.index)
-    with _kept_lock:
-        _row_ids[key] = ids
-        while len(_row_ids) > MAX_KEPT:
-            _row_ids.popitem(last=False)
-    return ids
+    return _row_ids.get_or_compute(key, lambda: row_ids(structure.index))
 
 
 def _stored_probabilities(
@@ -436,11 +424,18 @@ def _scored(
         request.min_rating,
         request.top_k,
     )
-    with _kept_lock:
-        kept = _kept.get(key)
-        if kept is not None:
-            _kept.move_to_end(key)
-            return kept, number
+    return _kept.get_or_compute(key, lambda: _score(session, collection, current, grader, version, request)), number
+
+
+def _score(
+    session: Session,
+    collection: Collection,
+    current: snapshot.CollectionSnapshot,
+    grader: GraderRef,
+    version: RubricVersion | None,
+    request: QueueRequest,
+) -> _Scored:
+    """One grader's queue as ``_scored`` keeps it: its cells, their scores and the priority order."""
     grades = current.grades(session, grader.id)
     if version is not None:
         grades = grades.restrict_items(version_item_ids(session, version))
@@ -465,14 +460,9 @@ def _scored(
     item_code = {item: i for i, item in enumerate(grades.items)}
     order = priority_order(grades, scores)
     ids = structure_row_ids(session, current.structure)
-    kept = _Scored(
+    return _Scored(
         grades, entry_pks, expected, mass, scores, order, dict(position), item_code, keys[by_key], by_key, ids
     )
-    with _kept_lock:
-        _kept[key] = kept
-        while len(_kept) > MAX_KEPT:
-            _kept.popitem(last=False)
-    return kept, number
 
 
 def reviewed_cells(session: Session, collection: Collection, request: QueueRequest) -> set[tuple[int, str]]:
@@ -555,6 +545,10 @@ class _Uniform:
 MAX_SEEDS = 4  # uniform orders kept per queue: the judges working on it at once (4 bytes a cell each)
 
 
+def _seed_orders() -> Kept[int, _Uniform]:
+    return Kept(MAX_SEEDS)
+
+
 def _row_of(uniform: _Uniform | None, positions: list[int]) -> list[tuple[int, int, int]]:
     """``row_positions`` of the cells at 0-based ``positions`` of the uniform order, from its row starts
     alone; zeros in priority mode (rows are not kept together)."""
@@ -576,20 +570,15 @@ def _judge_order(
     if request.mode == "priority":
         return kept.order, None, None
     seed = request.seed if request.seed is not None else judge_seed(collection.name, request.judge)
-    with _kept_lock:
-        uniform = kept.uniform.get(seed)
-        if uniform is not None:
-            kept.uniform.move_to_end(seed)
-    if uniform is None:
-        order = uniform_order(kept.grades, seed, row_places(kept.row_ids, seed))
-        entry = kept.grades.entry[order]
-        starts = np.flatnonzero(np.r_[True, entry[1:] != entry[:-1]]) if len(order) else np.zeros(0, np.int64)
-        uniform = _Uniform(order.astype(np.int32), starts.astype(np.int64))
-        with _kept_lock:
-            kept.uniform[seed] = uniform
-            while len(kept.uniform) > MAX_SEEDS:
-                kept.uniform.popitem(last=False)
+    uniform = kept.uniform.get_or_compute(seed, lambda: _uniform_of(kept, seed))
     return uniform.order, seed, uniform
+
+
+def _uniform_of(kept: _Scored, seed: int) -> _Uniform:
+    order = uniform_order(kept.grades, seed, row_places(kept.row_ids, seed))
+    entry = kept.grades.entry[order]
+    starts = np.flatnonzero(np.r_[True, entry[1:] != entry[:-1]]) if len(order) else np.zeros(0, np.int64)
+    return _Uniform(order.astype(np.int32), starts.astype(np.int64))
 
 
 def _prepare(session: Session, collection: Collection, request: QueueRequest) -> tuple[GraderRef, _Scored, int | None]:
@@ -702,6 +691,6 @@ def _sample_rows(session: Session, collection: Collection, judge: str) -> list[i
 
 
 def clear() -> None:
-    with _kept_lock:
-        _kept.clear()
-        _row_ids.clear()
+    """Forget every kept queue and row ids (a test's database copy reuses the seed's structure tokens)."""
+    _kept.clear()
+    _row_ids.clear()

@@ -1,9 +1,10 @@
 """Per-query correlation: the numpy τ_AP equals the literal loop, and a kept correlation equals a fresh one.
 
 The leaderboard fragment correlates every query (270 at issue 16's 5×) on every request; it keeps
-the result per structure, measure and levels, and reuses it only when the judgments and the
-derived values it was computed from are equal to today's. A re-import of judgments moves neither
-the revision nor the structure token, so these tests write judgments that way.
+the result per structure, measure and levels, and reuses it only when the judgments (named by the
+collection's judgments token) and the derived values it was computed from are today's. A re-import
+of judgments moves neither the revision nor the structure token, only the judgments token: these
+tests write judgments through the importer's writer, as a re-import does.
 """
 
 from __future__ import annotations
@@ -11,10 +12,11 @@ from __future__ import annotations
 import random
 
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import select
 
+from app.collections import queries, snapshot
 from app.collections.revision import upsert_grades
-from app.collections.service import get_collection
+from app.collections.service import CollectionWriter, get_collection
 from app.db import session_scope
 from app.evaluation.correlation import _tau_ap_ordered, _tau_ap_ordered_loop, tau_ap
 from app.leaderboards import service as leaderboards
@@ -53,11 +55,21 @@ def test_kept_correlation_follows_judgments_and_grades(dev_database: Database) -
     first = _correlation()
     assert _correlation() is first  # nothing changed: the kept result
     with dev_database.session() as session:  # a judgment re-import: no new revision, no new structure token
-        session.execute(update(Judgment).values(relevance=3 - Judgment.relevance))
+        rows = session.execute(select(Judgment.pool_entry_pk, Judgment.ordinal, Judgment.relevance)).all()
+        by_entry: dict[int, list[tuple[int, str | None]]] = {}
+        for entry, _, relevance in sorted(rows):
+            by_entry.setdefault(entry, []).append((3 - relevance, None))
+        CollectionWriter(session, get_collection(session, "dl19")).replace_judgments(by_entry)
         session.commit()
     after_judgments = _correlation()
     assert after_judgments is not first
     assert after_judgments == _fresh() != first
+    with session_scope() as session:  # the kept judgments are what a read from the database answers
+        collection = get_collection(session, "dl19")
+        kept = snapshot.manual_judgments(session, collection)
+        assert kept.by_query == queries.load_judgments(session, queries.pool_keys(session, collection))
+        judged, worst, best = snapshot.judgment_extremes(session, collection)
+        assert int(judged.sum()) == len(by_entry) and int(best.max()) == max(3 - r for _, _, r in rows)
     with dev_database.session() as session:  # a grading batch: new revision, new derived values
         cells = session.execute(select(Grade.grader_pk, Grade.pool_entry_pk, Grade.item_id).order_by(Grade.id)).all()
         rows = [

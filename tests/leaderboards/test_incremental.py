@@ -27,6 +27,7 @@ from app.leaderboards import recompute
 from app.leaderboards import service as leaderboards
 from app.leaderboards.service import LeaderboardRequest, compute_leaderboard, leaderboard_json
 from app.models import BankItem, Grade, GradeOverride, Query
+from app.review.flags import flag_item
 from app.rubrics.service import create_version
 from tests.conftest import Database
 from tests.helpers import write_jsonl
@@ -81,6 +82,7 @@ REQUESTS = [
     {"measure": "MAP", "label": "min-answers:2"},
     {"measure": "P@5", "include_overrides": True},
     {"measure": "cover", "bootstrap_samples": 50},
+    {"measure": "cover", "top_k": 2, "include_overrides": True, "exclude_flagged": True},  # kept per filter content
 ]
 
 
@@ -165,6 +167,10 @@ def test_the_warm_board_equals_a_rebuilt_one_through_batches_overrides_versions_
         session.commit()
     _boards(database, rubric_version=number)
     _grading_batch(database, rng, 5)
+    _assert_warm_equals_cold(database, rubric_version=number)
+    with database.session() as session:  # a flag moves no revision: the kept Cover tables follow its content
+        flag_item(session, get_collection(session, "c"), "q0/i0", judge="ann")
+        session.commit()
     _assert_warm_equals_cold(database, rubric_version=number)
     run = tmp_path / "late.run"
     run.write_text("".join(f"q{q} Q0 d{q}_{d} {d + 1} {9.0 - d} late\n" for q in range(N_QUERIES) for d in range(3)))

@@ -3,7 +3,9 @@ fresh computation answers after each kind of write, on both databases: a grading
 revision), a judge's override and a rubric edit (move none), and a re-import of judgments (moves none).
 
 Kept: the agreement analysis (app/agreement/analysis.py), the verify view's order and one query's
-question impact (app/oversight/service.py), a judge's uniform review order (app/review/queue.py).
+question impact (app/oversight/service.py), a judge's uniform review order (app/review/queue.py), and
+the leaderboard's Cover table, trec values, manual judgments and per-query correlation
+(app/leaderboards/service.py, app/collections/snapshot.py:manual_judgments).
 """
 
 from __future__ import annotations
@@ -15,11 +17,14 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.agreement import analysis as agreement
-from app.collections import queries
+from app.collections import queries, snapshot
 from app.collections.graders import resolve_grader
 from app.collections.revision import upsert_grades
 from app.collections.service import CollectionWriter, get_collection
 from app.db import session_scope
+from app.leaderboards import service as leaderboards
+from app.leaderboards.analysis import leaderboard_analysis, leaderboard_analysis_json
+from app.leaderboards.service import LeaderboardRequest
 from app.models import Grade, Judgment, PoolEntry, Query
 from app.oversight import service as oversight
 from app.review import overrides, queue
@@ -45,6 +50,10 @@ def _views(session: Session) -> dict[str, str]:
             session, collection, queue.QueueRequest(judge="judge", mode="uniform", grader_id=grader.id), limit=5
         ).as_json(),
     }
+    for measure in ("P@20", "cover"):  # with overrides, as a judge's board shows them; P@20 with its per-query τ
+        request = LeaderboardRequest(measure, min_rating=3, include_overrides=True, bootstrap_samples=0)
+        board = leaderboard_analysis(session, collection, request, per_query_level=2)
+        views[f"leaderboard {measure}"] = leaderboard_analysis_json(board)
     return {name: json.dumps(value, sort_keys=True, default=str) for name, value in views.items()}
 
 
@@ -52,6 +61,8 @@ def _fresh() -> dict[str, str]:
     agreement.clear()
     oversight.clear()
     queue.clear()
+    leaderboards.clear()
+    snapshot.clear()
     with session_scope() as session:
         return _views(session)
 
@@ -122,10 +133,10 @@ def test_cached_pages_equal_a_fresh_computation_after_every_kind_of_write(dev_da
     with session_scope() as session:
         assert _views(session) == before  # served from the caches
     moved = {
-        _grading_batch: {"agreement", "verify", "impact"},
+        _grading_batch: {"agreement", "verify", "impact", "leaderboard P@20", "leaderboard cover"},
         _override: {"agreement", "queue"},  # override agreement; the cell leaves the queue
         _rubric_edit: {"agreement", "verify", "impact"},
-        _judgments: {"agreement"},
+        _judgments: {"agreement", "leaderboard P@20"},  # the per-query correlation with the manual judgments
     }
     for write, changed in moved.items():
         with session_scope() as session:

@@ -18,8 +18,8 @@ from app.collections.errors import ImportFormatError
 from app.collections.graders import grader_coverage, set_primary_grader
 from app.collections.importing import ImportFiles, import_into
 from app.collections.naming import follows_rule, rename_command
-from app.collections.queries import collection_summaries
 from app.collections.schemas import INT32_MAX
+from app.collections.summaries import collection_summaries
 from app.errors import DomainError, Invalid
 from app.models import Collection, Job, Judgment, PoolEntry, Query, RubricVersion, System
 from app.rubrics.service import latest_version
@@ -53,7 +53,7 @@ def _summaries(session: Session) -> list[dict[str, Any]]:
             "systems": s,
             "rename_command": None if follows_rule(n) else rename_command(n),
         }
-        for n, q, p, s in collection_summaries(session)
+        for n, q, p, s in collection_summaries(session.connection())
     ]
 
 
