@@ -120,11 +120,22 @@ class EvaluationData:
     ranking: RankingFrame
     pool: queries.PoolKeys
     structure_token: str = ""  # the snapshot's: which pool and rankings these frames are ("" = unknown)
-    # what ``grades`` is a function of (snapshot, revision, grader, digests of the filters), naming the
-    # results kept from them; None: unknown. Whoever replaces ``grades`` must replace it (or set None).
-    grades_key: tuple[object, ...] | None = None
+    # what ``keyed_grades`` is a function of (snapshot, revision, grader, digests of the filters),
+    # naming the results kept from it; read through ``grades_key``
+    content_key: tuple[object, ...] | None = None
+    keyed_grades: GradeFrame | None = None
     # item id → importance, read only for the measures that weigh items (nugget scores, cover-weighted)
     importances: Importances = field(default_factory=dict)
+
+    @property
+    def grades_key(self) -> tuple[object, ...] | None:
+        """The name of ``grades``' content, or None when unknown.
+
+        The key names the frame it was made for, not whatever ``grades`` holds now: ``replace(data,
+        grades=…)`` (an analysis that prunes an item) keeps the old key and frame, and must never
+        find the results kept for the unpruned grades.
+        """
+        return self.content_key if self.keyed_grades is self.grades else None
 
     @property
     def graded(self) -> GradedPool:
@@ -186,7 +197,7 @@ def load_evaluation_data(
         filters.append(("overrides", _digest(sorted(by_cell.items()))))
     structure = current.structure
     key = (snapshot.database_key(session), collection.id, structure.token, revision, grader.id, tuple(filters))
-    return EvaluationData(grader, grades, structure.rankings, structure.pool, structure.token, key)
+    return EvaluationData(grader, grades, structure.rankings, structure.pool, structure.token, key, grades)
 
 
 def _digest(values: list[Any]) -> str:
