@@ -7,12 +7,10 @@ the per-passage dicts: one vectorised pass per quantity.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.agreement.service import agreement_json, as_table, build_agreement_tables
@@ -29,7 +27,7 @@ from app.evaluation.types import Judgments
 from app.kept import Kept
 from app.leaderboards.measures import Cover
 from app.leaderboards.service import EvaluationData, LeaderboardRequest, load_evaluation_data, score_systems
-from app.models import Collection, Judgment, PoolEntry, Query, RubricVersion
+from app.models import Collection, RubricVersion
 from app.rubrics.service import latest_version
 
 SWEEP = (1, 2, 3, 4, 5)  # the self-rating thresholds τ of the sweep
@@ -101,6 +99,7 @@ def agreement_analysis(
     agreement is computed on every call.
     """
     current = snapshot.current(session, collection)  # the revision before the grades: never a stale frame kept
+    judgments = snapshot.manual_judgments(session, collection)  # kept; its token moves with every judgment write
     data = load_evaluation_data(session, collection, grader_id=grader_id)
     latest = latest_version(session, collection)
     if official is None:
@@ -114,11 +113,11 @@ def agreement_analysis(
         min_answers,
         min_judgment,
         None if latest is None else latest.number,
-        _judgments_digest(session, collection),
+        judgments.token,
         tuple(sorted(official.items())),
     )
     kept = _kept.get_or_compute(
-        key, lambda: _without_overrides(session, data, latest, min_answers, min_judgment, official)
+        key, lambda: _without_overrides(session, data, judgments.by_query, latest, min_answers, min_judgment, official)
     )
     return replace(kept, overrides=override_agreement(data.grades, _overrides(session, data, current.structure)))
 
@@ -135,12 +134,12 @@ def clear() -> None:
 def _without_overrides(
     session: Session,
     data: EvaluationData,
+    judgments: Judgments,
     latest: RubricVersion | None,
     min_answers: tuple[int, ...],
     min_judgment: int,
     official: dict[str, float],
 ) -> AgreementAnalysis:
-    judgments = queries.load_judgments(session, data.pool)
     tables = build_agreement_tables(data.grades, judgments, data.grader.is_self_rated, list(min_answers), min_judgment)
     entries, relevant = _judged(data.grades, judgments, min_judgment)
     return AgreementAnalysis(
@@ -153,20 +152,6 @@ def _without_overrides(
         overrides=None,
         judged_passages=len(entries),
     )
-
-
-def _judgments_digest(session: Session, collection: Collection) -> str:
-    """A digest of the collection's judgments as stored now (entry, ordinal, relevance), in a fixed order."""
-    rows = snapshot.core_rows(
-        session,
-        select(Judgment.pool_entry_pk, Judgment.ordinal, Judgment.relevance)
-        .join(PoolEntry, PoolEntry.id == Judgment.pool_entry_pk)
-        .join(Query, Query.id == PoolEntry.query_pk)
-        .where(Query.collection_id == collection.id),
-    )
-    table = np.asarray(rows, dtype=np.int64).reshape(-1, 3)
-    table = table[np.lexsort((table[:, 1], table[:, 0]))]
-    return hashlib.blake2b(table.tobytes(), digest_size=20).hexdigest()
 
 
 def _judged(frame: GradeFrame, judgments: Judgments, min_judgment: int) -> tuple[np.ndarray, np.ndarray]:
