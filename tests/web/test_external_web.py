@@ -50,6 +50,8 @@ def test_agreement_page_without_manual_judgments_says_so_instead_of_empty_tables
     """κ, the sweep and per-question κ need manual judgments: without any the page says so (a RAG collection)."""
     from sqlalchemy import delete
 
+    from app.collections.revision import replace_judgments_token
+    from app.collections.service import ensure_collection
     from app.db import session_scope
     from app.models import Judgment
 
@@ -58,6 +60,8 @@ def test_agreement_page_without_manual_judgments_says_so_instead_of_empty_tables
         assert 'data-testid="kappa-1"' in client.get("/c/sample/agreement").text
         with session_scope() as session:
             session.execute(delete(Judgment))
+            # as every judgment writer must (app/collections/revision.py): kept judgments go by the token
+            replace_judgments_token(session, ensure_collection(session, "sample").id)
         page = client.get("/c/sample/agreement").text
         assert 'data-testid="no-judgments"' in page and "--qrels FILE" in page
         assert 'data-testid="kappa-1"' not in page and 'data-testid="sweep"' not in page
