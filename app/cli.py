@@ -4,6 +4,7 @@ No ``from __future__ import annotations`` here: typer reads every command's anno
 string annotations would be compiled again by ``eval`` on each run (issue 16: start under 0.5 s).
 """
 
+import functools
 import json
 import shlex
 import sys
@@ -12,7 +13,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
 
 import typer
 
@@ -1428,7 +1429,25 @@ def user_enable(name: UserNameArg) -> None:
     _manage_user(name, enable_user, "enabled")
 
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def long_lived(command: Callable[P, R]) -> Callable[P, R]:
+    """A command that serves (serve, demo, worker): its process is long-lived, so it clears the one-shot
+    mark ``main`` set (app/collector.py) before it runs, and a cold snapshot build settles the heap for
+    the requests that follow (app/collections/snapshot.py)."""
+
+    @functools.wraps(command)
+    def serving(*args: P.args, **kwargs: P.kwargs) -> R:
+        collector.mark_one_shot(False)
+        return command(*args, **kwargs)
+
+    return serving
+
+
 @app.command("serve")
+@long_lived
 def serve_command(
     host: Annotated[str, typer.Option("--host")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", min=1, max=65535)] = 8000,
@@ -1443,6 +1462,7 @@ def serve_command(
 
 
 @app.command("demo")
+@long_lived
 def demo_command(
     host: Annotated[str, typer.Option("--host")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", min=1, max=65535)] = 8000,
@@ -1463,6 +1483,7 @@ def demo_command(
 
 
 @app.command("worker")
+@long_lived
 def worker_command(
     queues: Annotated[str, typer.Option("--queues", help="Comma-separated: gpu (grading), default (CPU).")] = (
         "gpu,default"
@@ -1505,7 +1526,11 @@ def main() -> None:
     process (typer's, pydantic's and SQLAlchemy's modules and classes), and the cyclic collector would
     scan them again and again while they are built: a tenth of a short command's time (issue 16,
     bench/cli_start.py). So it is off for the first second, which most commands do not outlive; a
-    longer one (serve, worker, grade) has it from then on."""
+    longer one (serve, worker, grade) has it from then on.
+
+    A command ends after its answer: the process is one-shot (app/collector.py), except for the
+    commands that serve (serve, demo, worker: ``long_lived``)."""
+    collector.mark_one_shot()
     collect_garbage_after(GC_AFTER_SECONDS)
     app()
 

@@ -17,7 +17,7 @@ from sqlalchemy import select, text
 from sqlalchemy.exc import DBAPIError
 
 from app.collections import service
-from app.collections.bulk import WRITER_THREAD
+from app.collections.bulk import WRITER_THREAD, SerialWriter
 from app.collections.errors import ImportFormatError
 from app.collections.service import ensure_collection, import_interchange
 from app.collector import pause
@@ -276,3 +276,29 @@ def test_the_collector_pause_restores_the_state_it_found() -> None:
         assert not gc.isenabled()  # a caller that disabled it keeps it disabled
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize("database", ["postgresql"], indirect=True)
+def test_held_jobs_run_after_the_statements_issued_while_held_and_never_after_an_error(database: Database) -> None:
+    """SerialWriter.hold: a held job waits for release (or the writer's successful end); a statement in
+    between runs first and does not wait for it; an error drops the held jobs unrun."""
+    order: list[str] = []
+    with database.session() as session:
+        with SerialWriter(session) as writer:
+            writer.submit(lambda: order.append("started"))
+            writer.hold()
+            writer.submit(lambda: order.append("held 1"))
+            writer.submit(lambda: order.append("held 2"))
+            session.execute(text("SELECT 1"))  # waits for the started job only
+            order.append("statement")
+            writer.release()
+            writer.hold()
+            writer.submit(lambda: order.append("held at the end"))
+        assert order == ["started", "statement", "held 1", "held 2", "held at the end"]
+
+        order.clear()
+        with pytest.raises(RuntimeError, match="the caller's"), SerialWriter(session) as writer:
+            writer.hold()
+            writer.submit(lambda: order.append("never"))
+            raise RuntimeError("the caller's error")
+        assert order == []

@@ -6,6 +6,8 @@ Every board read from a persisted file is compared with the same board rebuilt f
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import os
 import random
@@ -15,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from numpy.lib import format as npy
 from sqlalchemy import create_engine, select, text
 
 from app.collections import snapshot, snapshot_files
@@ -111,7 +114,7 @@ def _boards(database: Database, monkeypatch: pytest.MonkeyPatch, *, files: bool,
 
 
 def _files() -> list[Path]:
-    return sorted(SNAPSHOT_DIR.glob("*/*.npz"))
+    return sorted(SNAPSHOT_DIR.glob(f"*/*{snapshot_files.SUFFIX}"))
 
 
 def _assert_files_equal_rebuild(database: Database, monkeypatch: pytest.MonkeyPatch, **options: Any) -> None:
@@ -171,8 +174,8 @@ def test_unusable_files_are_ignored_and_replaced(collection: Database, monkeypat
     _boards(collection, monkeypatch, files=True)
     stores = [path for path in _files() if "-g" in path.stem]
     (structure,) = set(_files()) - set(stores)
-    structure.write_bytes(structure.read_bytes()[:1000])  # truncated
-    stores[0].write_bytes(b"not a zip at all")  # corrupt
+    _replace_bytes(structure, structure.read_bytes()[:1000])  # truncated
+    _replace_bytes(stores[0], b"not a snapshot at all")  # corrupt
     # a file from a future revision (another history of this database): its contents must not count
     meta, arrays = _read_any(stores[1])
     arrays["rating"] = np.full_like(arrays["rating"], 5)
@@ -188,8 +191,19 @@ def test_unusable_files_are_ignored_and_replaced(collection: Database, monkeypat
 
 
 def _read_any(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    with np.load(path, allow_pickle=False) as archive:
-        return json.loads(archive["meta"].tobytes()), {name: archive[name] for name in archive.files if name != "meta"}
+    """Meta and every array of a whole file of this format, whatever its key."""
+    found = snapshot_files.read(path, {}, [])
+    assert found is not None
+    found = snapshot_files.read(path, {}, found[0]["arrays"])
+    assert found is not None
+    return found
+
+
+def _replace_bytes(path: Path, data: bytes) -> None:
+    """Put other bytes at path the way writers do (a new file, then os.replace), never truncating a mapped file."""
+    temporary = path.with_name(f".{path.name}.test")
+    temporary.write_bytes(data)
+    os.replace(temporary, path)
 
 
 def test_a_database_recreated_at_the_same_url_has_another_identity(
@@ -290,3 +304,157 @@ def test_db_clear_snapshots_deletes_every_file_and_the_next_board_rebuilds(
 )
 def test_strings_come_back_as_they_were_packed(strings: tuple[str, ...]) -> None:
     assert snapshot_files.unpack_strings(*snapshot_files.pack_strings(strings)) == strings
+
+
+# ---- the file format: damaged files are refused (and removed), never unpickled --------------------
+
+_UNPICKLED: list[str] = []
+
+
+def _trip() -> str:
+    _UNPICKLED.append("unpickled")
+    return "tripped"
+
+
+class _Tripwire:
+    """Unpickling it calls ``_trip``: a reader that unpickles leaves a trace."""
+
+    def __reduce__(self) -> tuple[Any, tuple[()]]:
+        return _trip, ()
+
+
+def _npy(array: np.ndarray[Any, Any], **header: Any) -> bytes:
+    """One ``.npy`` record of the array's bytes; ``header`` overrides fields of its header (fortran_order, shape)."""
+    buffer = io.BytesIO()
+    npy.write_array_header_1_0(buffer, npy.header_data_from_array_1_0(array) | header)
+    return buffer.getvalue() + array.tobytes()
+
+
+def _pickled(array: np.ndarray[Any, Any]) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array, allow_pickle=True)
+    return buffer.getvalue()
+
+
+def _json(value: Any) -> bytes:
+    return _npy(np.frombuffer(json.dumps(value).encode(), np.uint8))
+
+
+def _layout(meta: dict[str, Any], records: list[bytes]) -> bytes:
+    return _json(meta) + b"".join(records)
+
+
+def _good(meta: dict[str, Any], arrays: dict[str, Any]) -> bytes:
+    return _layout(meta, [_npy(a) for a in arrays.values()])
+
+
+def _first_replaced(meta: dict[str, Any], arrays: dict[str, Any], first: bytes) -> bytes:
+    return _layout(meta, [first, *(_npy(a) for a in list(arrays.values())[1:])])
+
+
+Damage = Any  # (meta, arrays of a good file) -> the bytes of a damaged one
+DAMAGES: dict[str, Damage] = {
+    "empty": lambda m, a: b"",
+    "not a snapshot": lambda m, a: b"not a snapshot at all",
+    "truncated": lambda m, a: _good(m, a)[: len(_good(m, a)) // 2],
+    "last array short by a byte": lambda m, a: _good(m, a)[:-1],
+    "trailing bytes": lambda m, a: _good(m, a) + b"\0" * 8,
+    "a record too many": lambda m, a: _good(m, a) + _npy(np.zeros(3)),
+    "object dtype": lambda m, a: _first_replaced(m, a, _pickled(np.array([_Tripwire()], dtype=object))),
+    "fortran order": lambda m, a: _first_replaced(m, a, _npy(np.zeros((2, 2)), fortran_order=True)),
+    "negative shape": lambda m, a: _first_replaced(m, a, _npy(np.zeros(0), shape=(-1,))),
+    "format 1 meta": lambda m, a: _good(m | {"format": 1}, a),
+    "another token": lambda m, a: _good(m | {"token": "another"}, a),
+    "meta not json": lambda m, a: _npy(np.frombuffer(b"{not json", np.uint8)) + _good(m, a)[len(_json(m)) :],
+    "meta not an object": lambda m, a: _json([m]) + _good(m, a)[len(_json(m)) :],
+    "an array missing": lambda m, a: _good(m | {"arrays": list(a)[1:]}, dict(list(a.items())[1:])),
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
+def test_read_refuses_a_damaged_file_and_removes_it(damage: str, tmp_path: Path) -> None:
+    path = tmp_path / f"c1-t{snapshot_files.SUFFIX}"
+    meta = {"format": snapshot_files.FORMAT, "token": "t"}
+    arrays = {"keys": np.arange(6, dtype=np.int64), "rating": np.arange(6, dtype=np.int8).reshape(2, 3)}
+    snapshot_files.write(path, meta, arrays)
+    assert path.read_bytes() == _good(meta | {"arrays": list(arrays)}, arrays)  # the layout the damages start from
+    assert snapshot_files.read(path, meta, list(arrays)) is not None
+    _replace_bytes(path, DAMAGES[damage](meta | {"arrays": list(arrays)}, arrays))
+    _UNPICKLED.clear()
+    assert snapshot_files.read(path, meta, list(arrays)) is None
+    assert not path.exists() and not _UNPICKLED
+
+
+@pytest.mark.parametrize("damage", ["truncated", "trailing bytes", "object dtype", "fortran order", "format 1 meta"])
+def test_damaged_files_are_ignored_and_replaced(
+    damage: str, collection: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    snapshot.clear_files()
+    expected = _boards(collection, monkeypatch, files=False)
+    _boards(collection, monkeypatch, files=True)
+    written = _files()
+    damaged = {}
+    for path in written:
+        damaged[path] = DAMAGES[damage](*_read_any(path))
+        _replace_bytes(path, damaged[path])
+    _UNPICKLED.clear()
+    assert _boards(collection, monkeypatch, files=True) == expected
+    assert _files() == written and not _UNPICKLED
+    for path in written:  # each rewritten whole, of this format
+        assert path.read_bytes() != damaged[path]
+        assert _read_any(path)[0]["format"] == snapshot_files.FORMAT
+    assert _boards(collection, monkeypatch, files=True) == expected
+
+
+def test_files_of_the_old_npz_format_are_removed(collection: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    snapshot.clear_files()
+    expected = _boards(collection, monkeypatch, files=True)
+    current = _files()
+    legacy = [path.with_suffix(".npz") for path in current]
+    for path in current:  # as FORMAT 1 left them: the same names, .npz
+        np.savez(path.with_suffix(".npz"), meta=np.frombuffer(b'{"format": 1}', np.uint8))
+        path.unlink()
+    assert _boards(collection, monkeypatch, files=True) == expected  # rebuilt, written, and the .npz deleted
+    assert _files() == current and not any(path.exists() for path in legacy)
+    for path in legacy:  # and `rubric db clear-snapshots` deletes any left
+        np.savez(path, meta=np.frombuffer(b'{"format": 1}', np.uint8))
+    assert snapshot.clear_files() == len(current) + len(legacy)
+    assert not any(SNAPSHOT_DIR.glob("*/*"))
+
+
+def test_arrays_read_are_writable_and_writing_them_leaves_the_file_alone(tmp_path: Path) -> None:
+    path = tmp_path / f"c1-t{snapshot_files.SUFFIX}"
+    meta = {"format": snapshot_files.FORMAT, "token": "t"}
+    arrays: snapshot_files.Arrays = {
+        "keys": np.arange(5_000, dtype=np.int64),
+        "matrix": np.arange(12.0).reshape(3, 4),
+        "flags": np.array([True, False]),
+        "none": np.zeros(0, np.int8),
+    }
+    snapshot_files.write(path, meta, arrays)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    found = snapshot_files.read(path, meta, list(arrays))
+    assert found is not None
+    read_meta, read = found
+    assert read_meta == meta | {"arrays": list(arrays)}
+    for name, array in arrays.items():
+        assert read[name].dtype == array.dtype and np.array_equal(read[name], array)
+        assert read[name].flags.writeable and read[name].flags.c_contiguous
+    read["keys"][:] = -1
+    read["matrix"] *= 2
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == digest
+    again = snapshot_files.read(path, meta, ["keys", "matrix"])
+    assert again is not None
+    assert np.array_equal(again[1]["keys"], arrays["keys"]) and np.array_equal(again[1]["matrix"], arrays["matrix"])
+
+
+def test_arrays_stay_readable_after_their_file_is_replaced(tmp_path: Path) -> None:
+    path = tmp_path / f"c1-t{snapshot_files.SUFFIX}"
+    meta = {"format": snapshot_files.FORMAT, "token": "t"}
+    snapshot_files.write(path, meta, {"keys": np.arange(100_000, dtype=np.int64)})
+    found = snapshot_files.read(path, meta, ["keys"])
+    assert found is not None
+    snapshot_files.write(path, meta, {"keys": np.zeros(3, np.int64)})  # os.replace: the mapped file lives on
+    assert int(found[1]["keys"].sum()) == 100_000 * 99_999 // 2
+    path.unlink()
+    assert int(found[1]["keys"][-1]) == 99_999

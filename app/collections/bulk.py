@@ -47,7 +47,8 @@ class SerialWriter:
     statement in program order and bounds the queue to the rows of about one line. After a failed
     job the rest are skipped (the transaction is lost anyway) and the failure raises in the caller.
 
-    Use it as a context manager around the import: on exit it waits for the jobs in flight (raising
+    Use it as a context manager around the import: on exit it starts any held jobs (on success),
+    waits for the jobs in flight (raising
     a failure unless another error is already on its way out) and stops the thread, so the thread
     never outlives the import and the caller's commit or rollback finds the connection idle.
     """
@@ -56,17 +57,38 @@ class SerialWriter:
         self._connection = session.connection()
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=WRITER_THREAD)
         self._pending: list[Future[None]] = []
+        self._held: list[Callable[[], None]] | None = None  # a list while holding (see hold())
         self._failed = False
         event.listen(self._connection, "before_cursor_execute", self._before_statement)
 
     def submit(self, job: Callable[[], None]) -> None:
-        """Queue ``job`` for the writer thread; a failure of an earlier job raises here."""
+        """Queue ``job`` for the writer thread (or keep it, while holding); a failure of an earlier job raises here."""
         while self._pending and self._pending[0].done():
             self._pending.pop(0).result()  # an early failure raises at once; the list stays short
-        self._pending.append(self._pool.submit(self._run, job))
+        if self._held is not None:
+            self._held.append(job)
+        else:
+            self._pending.append(self._pool.submit(self._run, job))
+
+    def hold(self) -> None:
+        """Keep the jobs submitted from now on until :meth:`release`: the caller's statements in between
+        run before them. Only for rows that no such statement reads or writes.
+
+        Why: a statement waits for the jobs in flight, so a job started just before the caller's next
+        statement keeps the caller waiting for all of it. Held until after that statement, the job
+        instead runs while the caller builds its next rows, and the server is seldom idle.
+        """
+        if self._held is None:
+            self._held = []
+
+    def release(self) -> None:
+        """Start the held jobs, in the order submitted, and stop holding."""
+        held, self._held = self._held or [], None
+        for job in held:
+            self.submit(job)
 
     def wait(self) -> None:
-        """Block until every queued job has finished; raise the first failure."""
+        """Block until every started job has finished; raise the first failure. Held jobs stay held."""
         pending, self._pending = self._pending, []
         for future in pending:
             future.result()
@@ -91,8 +113,9 @@ class SerialWriter:
     ) -> None:
         try:
             if kind is None:
+                self.release()
                 self.wait()
-            else:
+            else:  # held jobs never start: the transaction is lost
                 with suppress(Exception):  # the caller's error is the one to report; the rollback undoes both
                     self.wait()
         finally:

@@ -351,6 +351,7 @@ class InterchangeSink:
             batch_size=batch_size,
             writer=background,
         )
+        self.background = background
         self.created_at = utcnow()
         self.graders: grades_io.GraderCache = {}
 
@@ -358,7 +359,17 @@ class InterchangeSink:
         collection_id, revision = self.writer.grade_stamp()
         return collection_id, revision, self.created_at
 
+    def statements_done(self) -> None:
+        """A line's statements have run: the rows of the previous line start now, and this line's rows
+        wait for the next line's statements (SerialWriter.hold: a line's statements touch its own
+        queries, passages, pool entries and judgments, never the grade and ranking rows held)."""
+        if self.background is not None:
+            self.background.release()
+            self.background.hold()
+
     def flush(self) -> None:
+        if self.background is not None:
+            self.background.release()
         self.grades.flush()
         self.rankings.flush()
         self.writer.report.add("grades", self.grades.written)
@@ -384,7 +395,7 @@ def _write_interchange_line(sink: InterchangeSink, record: InterchangeLine, file
     entries = writer.ensure_pool(query_pk, [passage_pks[p.paragraph_id] for p in record.paragraphs])
     line_entries = [entries[passage_pks[p.paragraph_id]] for p in record.paragraphs]
     # The line's statements first: the grade and ranking rows built after them leave in the
-    # background, and the next statement would wait for them (app/collections/bulk.py).
+    # background once the next line's statements have run (app/collections/bulk.py).
     writer.replace_judgments(
         {
             entry: [(j.relevance, j.titleQuery) for j in paragraph.paragraph_data.judgments]
@@ -392,6 +403,7 @@ def _write_interchange_line(sink: InterchangeSink, record: InterchangeLine, file
             if paragraph.paragraph_data.judgments
         }
     )
+    sink.statements_done()
     for index, (entry, paragraph) in enumerate(zip(line_entries, record.paragraphs, strict=True)):
         fresh = entry in writer.created_entries  # no stored row refers to it, and the file gives it once
         data = paragraph.paragraph_data

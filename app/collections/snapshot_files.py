@@ -1,11 +1,14 @@
 """Persisted evaluation snapshots: the cold path reads a compact file instead of the database.
 
-One ``.npz`` file (numpy's zip of arrays, read with ``allow_pickle=False``) per collection structure
-and one per grader store, named by the collection id and its structure token, in a directory per
-database identity (docs/snapshots.md):
+One ``.snapshot`` file per collection structure and one per grader store, named by the collection
+id and its structure token, in a directory per database identity (docs/snapshots.md):
 
-    <cache dir>/<database location hash>/c<collection>-<token>.npz             pool, systems, rankings
-    <cache dir>/<database location hash>/c<collection>-<token>-g<grader>.npz   one grader's cells at revision R_f
+    <cache dir>/<database location hash>/c<collection>-<token>.snapshot             pool, systems, rankings
+    <cache dir>/<database location hash>/c<collection>-<token>-g<grader>.snapshot   one grader's cells at revision R_f
+
+A file is consecutive ``.npy`` records (numpy's own format, written by ``np.save``): first the
+JSON meta as uint8 bytes, naming the arrays in order, then one record per array. It is read by
+memory-mapping it and taking ``np.frombuffer`` views, so loading copies nothing (see ``read``).
 
 Why reading one is exact: a structure token names one state of the pool, systems and rankings
 (every structural write and every grade deletion replaces it), and a grade file holds every grade
@@ -28,21 +31,25 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
+import mmap
 import os
 import re
 import tempfile
-import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
+from numpy.lib import format as npy
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from app.config import get_settings
 
-FORMAT = 1
+FORMAT = 2
+SUFFIX = ".snapshot"
+_LEGACY_SUFFIX = ".npz"  # FORMAT 1 (a numpy zip): never read, deleted wherever files are cleaned
 _SAFE_TOKEN = re.compile(r"[0-9A-Za-z_-]{1,64}")
 log = logging.getLogger(__name__)
 
@@ -90,12 +97,13 @@ def structure_path(database: Database, collection_id: int, token: str) -> Path |
     root = cache_dir()
     if root is None or not _SAFE_TOKEN.fullmatch(token):
         return None
-    return root / hashlib.sha256(database.location.encode()).hexdigest()[:24] / f"c{collection_id}-{token}.npz"
+    directory = root / hashlib.sha256(database.location.encode()).hexdigest()[:24]
+    return directory / f"c{collection_id}-{token}{SUFFIX}"
 
 
 def grades_path(database: Database, collection_id: int, token: str, grader_pk: int) -> Path | None:
     base = structure_path(database, collection_id, token)
-    return None if base is None else base.with_name(f"{base.stem}-g{grader_pk}.npz")
+    return None if base is None else base.with_name(f"{base.stem}-g{grader_pk}{SUFFIX}")
 
 
 # ---- strings as two arrays (utf-8 bytes and end offsets): no pickling, any character ----------
@@ -125,16 +133,20 @@ def unpack_strings(blob: np.ndarray[Any, Any], ends: np.ndarray[Any, Any]) -> tu
 def write(path: Path, meta: Mapping[str, Any], arrays: Arrays) -> None:
     """Write atomically (a temporary file in the same directory, then ``os.replace``); failures only log.
 
-    Two processes writing one key write equal contents, so whichever replace lands last is right.
-    Files of the collection's other structure tokens are deleted, so the disk holds one per collection.
+    The file: the meta (plus ``"arrays"``, the names in order) as a uint8 ``.npy`` record of JSON,
+    then one C-order ``.npy`` record per array. Two processes writing one key write equal contents,
+    so whichever replace lands last is right. Files of the collection's other structure tokens (and
+    of the old format) are deleted, so the disk holds one per collection.
     """
+    header = json.dumps(dict(meta) | {"arrays": list(arrays)}).encode()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".tmp")
         try:
             with os.fdopen(descriptor, "wb") as handle:
-                members = {"meta": np.frombuffer(json.dumps(dict(meta)).encode(), np.uint8), **arrays}
-                np.savez(handle, allow_pickle=False, **members)
+                np.save(handle, np.frombuffer(header, np.uint8), allow_pickle=False)
+                for array in arrays.values():
+                    np.save(handle, np.ascontiguousarray(array), allow_pickle=False)
             os.replace(temporary, path)
         except BaseException:
             Path(temporary).unlink(missing_ok=True)
@@ -146,26 +158,73 @@ def write(path: Path, meta: Mapping[str, Any], arrays: Arrays) -> None:
 
 def _delete_other_tokens(path: Path, token: str) -> None:
     collection_prefix = path.name.split("-", 1)[0] + "-"  # "c12-"
-    for other in path.parent.glob(f"{collection_prefix}*.npz"):
+    for other in path.parent.glob(f"{collection_prefix}*{SUFFIX}"):
         if not other.name.startswith(f"{collection_prefix}{token}"):
             discard(other)
+    for legacy in path.parent.glob(f"{collection_prefix}*{_LEGACY_SUFFIX}"):
+        discard(legacy)
 
 
 def read(path: Path, expected: Mapping[str, Any], names: Sequence[str]) -> tuple[dict[str, Any], Arrays] | None:
-    """The file's meta and arrays if it is whole, of this format and of these keys; else None (and it is removed)."""
+    """The file's meta and arrays if it is whole, of this format and of these keys; else None (and it is removed).
+
+    The arrays are views into a private (``ACCESS_COPY``) memory map of the file, which they keep
+    alive: nothing is copied on load, and pages are read as they are touched. This is safe because
+    writers only ever ``os.replace`` whole files: a mapped file is never truncated or rewritten
+    under a reader (a replaced or deleted file stays readable through its mapping until the last
+    view goes). Copy-on-write makes the arrays writable (a grade store upserts cells in place)
+    without ever changing the file.
+    """
     if not path.is_file():
         return None
     try:
-        with np.load(path, allow_pickle=False) as archive:
-            meta = json.loads(archive["meta"].tobytes())
-            if not isinstance(meta, dict) or any(meta.get(key) != value for key, value in expected.items()):
-                raise ValueError("another format or key")
-            arrays = {name: archive[name] for name in names}
-        return meta, arrays
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, UnicodeDecodeError) as error:
+        meta, arrays = _map(path)
+        if any(meta.get(key) != value for key, value in expected.items()):
+            raise ValueError("another format or key")
+        return meta, {name: arrays[name] for name in names}
+    except (OSError, ValueError, KeyError, UnicodeDecodeError) as error:
         log.info("snapshot file %s ignored: %s", path, error)
         discard(path)
         return None
+
+
+def _map(path: Path) -> tuple[dict[str, Any], Arrays]:
+    """Meta and named arrays of a whole file: every record inside it, nothing after the last one."""
+    with path.open("rb") as handle:  # the mapping holds its own reference to the file
+        mapping = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_COPY)  # ValueError when empty
+    meta = json.loads(_record(mapping).tobytes())
+    if not isinstance(meta, dict):
+        raise ValueError("meta is not an object")
+    names = meta.get("arrays")
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names) or len(set(names)) != len(names):
+        raise ValueError("meta does not list the arrays")
+    arrays = {name: _record(mapping) for name in names}
+    if mapping.tell() != len(mapping):
+        raise ValueError("bytes after the last array")
+    return meta, arrays
+
+
+def _record(mapping: mmap.mmap) -> np.ndarray[Any, Any]:
+    """The ``.npy`` record at the mapping's position, as a view into it; the position moves past it.
+
+    Only the header is parsed (numpy's public readers); the data is never unpickled: an object
+    dtype, Fortran order, a header of another version or data past the end of the file is refused.
+    """
+    version = npy.read_magic(mapping)
+    if version == (1, 0):
+        shape, fortran_order, dtype = npy.read_array_header_1_0(mapping)
+    elif version == (2, 0):
+        shape, fortran_order, dtype = npy.read_array_header_2_0(mapping)
+    else:
+        raise ValueError(f"npy format version {version}")
+    if dtype.hasobject or fortran_order or any(size < 0 for size in shape):
+        raise ValueError(f"an array of dtype {dtype}, shape {shape}, fortran order {fortran_order}")
+    count, offset = math.prod(shape), mapping.tell()
+    end = offset + count * dtype.itemsize
+    if end > len(mapping):
+        raise ValueError("an array runs past the end of the file")
+    mapping.seek(end)
+    return np.frombuffer(mapping, dtype, count, offset).reshape(shape)
 
 
 def discard(path: Path) -> None:
@@ -177,11 +236,12 @@ def discard(path: Path) -> None:
 
 
 def clear_files() -> int:
-    """Delete every persisted snapshot (e.g. after restoring a database backup in place); returns how many."""
+    """Delete every persisted snapshot, of either format (e.g. after restoring a backup in place); returns how many."""
     root = cache_dir() or get_settings().snapshot_cache_dir
     removed = 0
     if root.is_dir():
-        for path in root.glob("*/*.npz"):
-            discard(path)
-            removed += 1
+        for suffix in (SUFFIX, _LEGACY_SUFFIX):
+            for path in root.glob(f"*/*{suffix}"):
+                discard(path)
+                removed += 1
     return removed

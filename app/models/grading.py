@@ -86,7 +86,9 @@ class Grade(Base):
     cache_key: Mapped[str | None] = mapped_column(String(64), default=None)
     # The owning collection (that of the pool entry) and its revision when the row was last written:
     # evaluation snapshots read only a collection's rows newer than the revision they have seen.
-    collection_id: Mapped[int] = mapped_column(ForeignKey("collection.id", ondelete="CASCADE"))
+    # No foreign key: the pool entry's already implies it, and each one is a row-by-row check in a
+    # PostgreSQL import (migration 0011).
+    collection_id: Mapped[int] = mapped_column(Integer)
     revision: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
