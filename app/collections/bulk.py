@@ -48,9 +48,9 @@ class SerialWriter:
     job the rest are skipped (the transaction is lost anyway) and the failure raises in the caller.
 
     Use it as a context manager around the import: on exit it starts any held jobs (on success),
-    waits for the jobs in flight (raising
-    a failure unless another error is already on its way out) and stops the thread, so the thread
-    never outlives the import and the caller's commit or rollback finds the connection idle.
+    waits for the jobs in flight (raising a failure unless another error is already on its way out)
+    and stops the thread, so the thread never outlives the import and the caller's commit or
+    rollback finds the connection idle.
     """
 
     def __init__(self, session: Session) -> None:
